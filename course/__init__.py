@@ -1,0 +1,1 @@
+"""The course as data and tools: syllabus, config templates, lab scripts, assignment tooling."""
