@@ -102,3 +102,16 @@ def test_plan_zero_stage_picks_lowest_fitting():
     stage, rows = M.plan_zero_stage(7_500_000_000, dp=64, device_bytes=32e9)
     assert stage == 1 and [fits for _, _, fits in rows] == [False, True, True, True]
     assert M.plan_zero_stage(7_500_000_000, dp=1, device_bytes=80e9)[0] is None
+
+
+def test_docstring_examples():
+    import doctest
+    assert doctest.testmod(M).failed == 0
+
+
+def test_llama_65b_param_count():
+    # LLaMA-65B (80 layers, h 8192, SwiGLU f 22016, RMSNorm, untied head, V 32000): 65.2B parameters.
+    n = M.transformer_param_count(80, 8192, 32000, ffn_hidden=22016, bias=False, tied=False, gated=True,
+                                  norm="rmsnorm")
+    assert n == 80 * (4 * 8192**2 + 3 * 8192 * 22016 + 2 * 8192) + 2 * 32000 * 8192 + 8192
+    assert round(n / 1e9, 1) == 65.3

@@ -290,18 +290,29 @@ def transformer_param_count(
     ffn_hidden: int | None = None,
     bias: bool = True,
     tied: bool = True,
+    gated: bool = False,
+    norm: str = "layernorm",
 ) -> int:
-    """Parameters of a GPT-2-style transformer: 12h² + 13h per layer with a 4h MLP and biases.
+    """Parameters of a decoder-only transformer: 12h² + 13h per layer for GPT-2 (4h MLP, biases).
 
-    Per layer: attention 4h² (+4h bias), MLP 2·h·f (+f+h bias), two LayerNorms 4h. Plus the token
-    embedding V·h, learned positions s·h (if ``seq_len``), the final LayerNorm 2h, and an output
-    head V·h unless it is tied to the embedding.
+    Per layer: attention 4h² (+4h bias), MLP 2·h·f (+f+h bias) — or 3·h·f for a gated (SwiGLU)
+    MLP as in LLaMA — and two norms (LayerNorm 2h each, RMSNorm h each). Plus the token embedding
+    V·h, learned positions s·h (if ``seq_len``), the final norm, and an output head V·h unless it
+    is tied to the embedding.
+
+    >>> transformer_param_count(80, 8192, 32000, ffn_hidden=22016, bias=False, tied=False,
+    ...                         gated=True, norm="rmsnorm")   # LLaMA-65B
+    65285660672
     """
     for name, value in (("num_layers", num_layers), ("hidden", hidden), ("vocab", vocab)):
         _check_positive_int(name, value)
+    if norm not in ("layernorm", "rmsnorm"):
+        raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {norm!r}")
     h, f = hidden, ffn_hidden or 4 * hidden
-    per_layer = 4 * h * h + 2 * h * f + 4 * h + (4 * h + f + h if bias else 0)
-    total = num_layers * per_layer + vocab * h + 2 * h + (seq_len or 0) * h
+    norm_params = 2 * h if norm == "layernorm" else h
+    mlp = (3 if gated else 2) * h * f + ((2 * f if gated else f) + h if bias else 0)
+    per_layer = 4 * h * h + (4 * h if bias else 0) + mlp + 2 * norm_params
+    total = num_layers * per_layer + vocab * h + norm_params + (seq_len or 0) * h
     return total + (0 if tied else vocab * h)
 
 
