@@ -129,7 +129,7 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", g
     n = dist.get_world_size(group)
     _check_split("reduce_scatter", output, input, n)
     _record("reduce_scatter", input, group)
-    work = dist.reduce_scatter_tensor(output, input, op=_reduce_op(op), group=group, async_op=async_op)
+    work = dist.reduce_scatter_single(output, input, op=_reduce_op(op), group=group, async_op=async_op)
     if op == "avg":
         if async_op:
             raise ValueError("op='avg' is not supported with async_op=True; reduce with 'sum' and divide")
@@ -141,7 +141,7 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group=None, async_op: 
     """Concatenate every rank's ``input`` into ``output`` (rank order), on every rank."""
     _check_split("all_gather", input, output, dist.get_world_size(group))
     _record("all_gather", output, group)
-    return dist.all_gather_into_tensor(output, input, group=group, async_op=async_op)
+    return dist.all_gather_single(output, input, group=group, async_op=async_op)
 
 
 def broadcast(tensor: torch.Tensor, src: int, group=None, async_op: bool = False):

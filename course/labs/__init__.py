@@ -1,0 +1,1 @@
+"""Lab scripts run at a terminal with torchrun (see README)."""

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create or update the course's virtual environment (.venv). Idempotent: it re-installs only when
+# the requirements, pyproject.toml or the chosen torch build changed.
+#
+#   TORCH   the torch requirement to install (default: torch==2.13.0, a CPU build).
+#           GPU users: TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+#   PYTHON  the interpreter that creates the venv (default: python3.11, else python3)
+#   VENV    where the environment lives (default: .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+TORCH=${TORCH:-torch==2.13.0}
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+stamp="$VENV/.zero-lab-installed"
+want=$( (echo "$TORCH"; cat requirements.txt requirements-dev.txt requirements-peers.txt pyproject.toml) | sha256sum | cut -d' ' -f1)
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
+  exit 0
+fi
+echo "Setting up $VENV (torch: $TORCH) ..."
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+pip install --upgrade pip
+# torch first and on its own, so its --index-url (if any) applies to it alone.
+# shellcheck disable=SC2086
+pip install $TORCH
+pip install -r requirements-dev.txt
+# DeepSpeed (a peer for comparisons, never imported by the course packages) builds against the
+# torch installed above; build isolation would fetch a second, multi-GB torch.
+pip install --no-build-isolation -r requirements-peers.txt
+pip install --no-deps --no-build-isolation -e .
+echo "$want" > "$stamp"
+echo "Environment ready: $VENV"
