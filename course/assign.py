@@ -1,0 +1,364 @@
+"""Student releases and grading for the course notebooks.
+
+The reference notebook in ``notebooks/`` holds the solutions and the expected outputs. Two
+commands derive everything else from it (see ``notebooks/README.md`` for the contract)::
+
+    python -m course.assign release NOTEBOOK... [-o release/]
+    python -m course.assign grade STUDENT.ipynb... [--reference-dir notebooks/] [--json out.json]
+
+(also installed as ``zero-lab-release`` and ``zero-lab-grade``).
+
+Grading runs nbval on a copy of the student's notebook in which every graded cell is the
+reference's cell (source *and* stored output), so a student cannot edit a check: a task
+passes iff its graded cells run without error and print what the reference printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+TASK_TAG = re.compile(r"^task-(\d+)\.(\d+)$")
+REPO = Path(__file__).resolve().parents[1]
+SANITIZE = REPO / "course" / "nbval_sanitize.cfg"
+CELL_TIMEOUT = 300  # seconds, as in course.build
+# nbval's own per-cell controls: a student must not switch checks off in their copy.
+NBVAL_TAGS = {"nbval-ignore-output", "nbval-check-output", "nbval-skip",
+              "nbval-raises-exception", "raises-exception"}
+
+
+class NotebookError(ValueError):
+    """A notebook breaks the contract; the message names the file and the cell."""
+
+
+# --- cells and markers ----------------------------------------------------------------------
+
+def tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def task_ids(cell) -> list[str]:
+    """Task ids "N.M" from the cell's ``task-N.M`` tags."""
+    return [f"{m[1]}.{m[2]}" for t in tags(cell) if (m := TASK_TAG.match(t))]
+
+
+def graded_tasks(nb) -> set[str]:
+    """The task ids that ``nb`` grades."""
+    return {t for c in nb.cells if "graded" in tags(c) for t in task_ids(c)}
+
+
+def _task_key(task: str):
+    """Sort "2.10" after "2.9"."""
+    return tuple(int(x) for x in task.split("."))
+
+
+def where(cell, index: int) -> str:
+    return f"cell {index} (id {cell.get('id', '?')})"
+
+
+def solution_regions(source: str) -> list[tuple[int, int]]:
+    """(begin, end) line numbers of each ``### BEGIN/END SOLUTION`` region, 0-based.
+
+    Raises ValueError for a BEGIN without END, an END without BEGIN, or nested regions.
+    """
+    regions, begin = [], None
+    for i, line in enumerate(source.splitlines()):
+        text = line.strip()
+        if text.startswith(BEGIN):
+            if begin is not None:
+                raise ValueError(f"nested {BEGIN} on line {i + 1} "
+                                 f"(region opened on line {begin + 1})")
+            begin = i
+        elif text.startswith(END):
+            if begin is None:
+                raise ValueError(f"{END} on line {i + 1} without {BEGIN}")
+            regions.append((begin, i))
+            begin = None
+    if begin is not None:
+        raise ValueError(f"{BEGIN} on line {begin + 1} has no {END}")
+    return regions
+
+
+# --- release --------------------------------------------------------------------------------
+
+def make_release(nb, name: str = "notebook"):
+    """Student copy of a reference notebook: solution regions become
+    ``raise NotImplementedError("Task N.M")`` at the region's indentation; outputs cleared."""
+    nb = copy.deepcopy(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            regions = solution_regions(cell.source)
+        except ValueError as e:
+            raise NotebookError(f"{name}: {where(cell, i)}: {e}") from None
+        is_solution = "solution" in tags(cell)
+        if regions and not is_solution:
+            raise NotebookError(f"{name}: {where(cell, i)} has solution markers "
+                                "but no 'solution' tag")
+        if is_solution:
+            ids = task_ids(cell)
+            if len(ids) != 1:
+                raise NotebookError(f"{name}: {where(cell, i)}: a solution cell needs exactly one "
+                                    f"task-N.M tag, found {ids or 'none'}")
+            if not regions:  # without markers the whole answer would ship to students
+                raise NotebookError(f"{name}: {where(cell, i)}: solution cell has no "
+                                    f"{BEGIN} region")
+            lines = cell.source.splitlines()
+            for begin, end in reversed(regions):
+                indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
+                lines[begin:end + 1] = [f'{indent}raise NotImplementedError("Task {ids[0]}")']
+            cell.source = "\n".join(lines)
+        cell.outputs, cell.execution_count = [], None
+        cell.metadata.pop("execution", None)
+    nb.metadata.pop("widgets", None)  # widget state belongs to the cleared outputs
+    return nb
+
+
+def release(paths, outdir="release") -> list[Path]:
+    """Write the student release of each reference notebook into ``outdir``, same names."""
+    outdir, paths = Path(outdir), [Path(p) for p in paths]
+    # All or nothing: one malformed notebook must not leave a half-written release.
+    students = [make_release(nbformat.read(p, as_version=4), name=str(p)) for p in paths]
+    outdir.mkdir(parents=True, exist_ok=True)
+    for path, student in zip(paths, students):
+        nbformat.write(student, outdir / path.name)
+    return [outdir / p.name for p in paths]
+
+
+# --- grading --------------------------------------------------------------------------------
+
+@dataclass
+class TaskResult:
+    passed: bool
+    reason: str = ""  # last line of the failure: "NotImplementedError: Task 2.1", ...
+
+
+@dataclass
+class GradeReport:
+    student: str
+    reference: str
+    tasks: dict[str, TaskResult] = field(default_factory=dict)
+
+    @property
+    def points(self) -> int:
+        return sum(r.passed for r in self.tasks.values())
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "points": self.points}
+
+
+def grading_notebook(student, reference, folder: str | os.PathLike):
+    """The notebook nbval runs, and the task ids of each of its code cells (by code index).
+
+    Cell 0 changes into ``folder`` so that relative paths resolve as in the reference.
+    Every cell graded in the reference replaces its student counterpart (same cell id, else
+    the next student cell tagged ``graded`` with the same task), or is inserted after the
+    student's last cell of that task. All other cells are the student's, outputs cleared.
+    """
+    ids = {c.get("id"): i for i, c in enumerate(student.cells) if c.get("id")}
+    replace, insert = {}, []  # student index -> graded cell; (after index, graded cell)
+    for j, ref in enumerate(reference.cells):
+        if "graded" not in tags(ref):
+            continue
+        if ref.execution_count is None:
+            raise NotebookError(f"reference {where(ref, j)}: graded cell has no stored output; "
+                                "rebuild it with python -m course.build")
+        graded = copy.deepcopy(ref)
+        graded.metadata["tags"] = tags(ref) + ["nbval-check-output"]
+        same_task = [i for i, c in enumerate(student.cells) if i not in replace
+                     and "graded" in tags(c) and task_ids(c) == task_ids(ref)]
+        i = ids.get(ref.get("id"))
+        i = i if i is not None and i not in replace else (same_task or [None])[0]
+        if i is None:  # the student deleted it: put it back after their work on the task
+            of_task = [k for k, c in enumerate(student.cells)
+                       if set(task_ids(c)) & set(task_ids(ref))]
+            insert.append((of_task[-1] if of_task else None, graded))
+        else:
+            replace[i] = graded
+    cells = []
+    for i, cell in enumerate(student.cells):
+        cells.append(replace.get(i) or _cleared(cell))
+        cells += [g for after, g in insert if after == i]
+    cells += [g for after, g in insert if after is None]
+    setup = nbformat.v4.new_code_cell(f"import os\nos.chdir({str(folder)!r})")
+    nb = nbformat.v4.new_notebook(cells=[setup, *cells], metadata=copy.deepcopy(reference.metadata))
+    return nb, [task_ids(c) for c in nb.cells if c.cell_type == "code"]
+
+
+def _cleared(cell):
+    cell = copy.deepcopy(cell)
+    if cell.cell_type == "code":
+        cell.outputs, cell.execution_count = [], None
+        cell.metadata["tags"] = [t for t in tags(cell) if t not in NBVAL_TAGS]
+    return cell
+
+
+# Colour codes in IPython tracebacks; junit XML spells ESC as "#x1B".
+ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*[A-Za-z]")
+
+
+def failure_reason(text: str) -> str:
+    """One line from nbval's failure report: the exception's last line, or what differs."""
+    lines = [ln.strip() for ln in ANSI.sub("", text).splitlines() if ln.strip()]
+    if any("Cell outputs differ" in ln for ln in lines):
+        after = lines[lines.index("Traceback:") + 1:] if "Traceback:" in lines else []
+        # nbval: "mismatch 'stdout'", then pytest's "'<reference>' == '<student>'"
+        what = after[0] if after else ""
+        diff = next((ln for ln in after if " == " in ln and not ln.startswith("assert")), "")
+        if "' == '" in diff:
+            want, got = diff.split("' == '", 1)
+            diff = f"expected {want}', got '{got}"
+        return f"output differs from the reference: {what}" + (f": {diff}" if diff else "")
+    return lines[-1] if lines else "failed"
+
+
+def _run_nbval(nb_path: Path, cwd: Path, timeout: float) -> dict[int, str | None]:
+    """Run nbval (lax) on ``nb_path``; {code cell index: None if passed, else reason}."""
+    junit = nb_path.with_suffix(".xml")
+    ini = nb_path.parent / "pytest.ini"
+    ini.write_text("[pytest]\n")  # hermetic: no project addopts or conftest from elsewhere
+    cmd = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(nb_path.parent),
+           "-p", "nbval.plugin", "-p", "no:cacheprovider", "--color=no", "-q",
+           "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={CELL_TIMEOUT}",
+           "--nbval-sanitize-with", str(SANITIZE), f"--junitxml={junit}", str(nb_path)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    # Only nbval: other plugins cost seconds of start-up and could change the run.
+    env |= {"PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if not junit.exists():
+        raise RuntimeError(f"nbval did not run:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    results = {}
+    for case in ET.parse(junit).iter("testcase"):
+        m = re.fullmatch(r"Cell (\d+)", case.get("name", ""))  # nbval counts code cells only
+        if not m:
+            continue
+        bad = next((e for e in case if e.tag in ("failure", "error", "skipped")), None)
+        if bad is None:
+            results[int(m[1])] = None
+        else:  # the message attribute is truncated; "skipped" (xfail after a timeout) has no text
+            detail = bad.get("message", "") if bad.tag == "skipped" else bad.text
+            results[int(m[1])] = failure_reason(detail or bad.get("message", ""))
+    return results
+
+
+def grade(student_path, reference_path=None, timeout: float = 900) -> GradeReport:
+    """Grade one student notebook against its reference (default: same name in notebooks/).
+
+    A task passes iff its graded cells pass. The reason given for a failed task is the first
+    failing cell of that task, so a stub that raises in the solution cell is named as such.
+    """
+    student_path = Path(student_path)
+    reference_path = Path(reference_path or REPO / "notebooks" / student_path.name)
+    reference = nbformat.read(reference_path, as_version=4)
+    report = GradeReport(str(student_path), str(reference_path))
+    try:
+        student = nbformat.read(student_path, as_version=4)
+    except Exception as e:  # a broken hand-in scores zero; it must not stop a batch
+        for task in sorted(graded_tasks(reference), key=_task_key):
+            report.tasks[task] = TaskResult(False, f"cannot read the notebook: {e}")
+        return report
+    folder = reference_path.resolve().parent
+    nb, cell_tasks = grading_notebook(student, reference, folder)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    with tempfile.TemporaryDirectory(prefix="zero-lab-grade-") as tmp:
+        path = Path(tmp) / student_path.name
+        nbformat.write(nb, path)
+        try:
+            results = _run_nbval(path, folder, timeout)
+        except subprocess.TimeoutExpired:
+            results = {n: f"grading timed out after {timeout:g} s" for n in range(len(code))}
+    for task in sorted({t for ids in cell_tasks for t in ids}, key=_task_key):
+        cells = [n for n, ids in enumerate(cell_tasks) if task in ids]
+        graded = [n for n in cells if "nbval-check-output" in tags(code[n])]
+        if not graded:
+            continue  # a task tag the reference does not grade
+        missing = "not run (nbval stopped before this cell)"
+        if all(results.get(n, missing) is None for n in graded):
+            report.tasks[task] = TaskResult(True)
+        else:
+            first = next(n for n in cells if results.get(n, missing) is not None)
+            report.tasks[task] = TaskResult(False, results.get(first, missing))
+    return report
+
+
+# --- command line ---------------------------------------------------------------------------
+
+def format_table(reports: list[GradeReport]) -> str:
+    """One row per student: ✓/✗ per task, then points; failure reasons listed below."""
+    tasks = sorted({t for r in reports for t in r.tasks}, key=_task_key)
+    rows = [["student", *tasks, "points"]]
+    for r in reports:
+        marks = ["✓" if r.tasks[t].passed else "✗" if t in r.tasks else "·" for t in tasks]
+        rows.append([r.student, *marks, f"{r.points}/{len(r.tasks)}"])
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    for r in reports:
+        lines += [f"{r.student} task {t}: {res.reason}"
+                  for t, res in sorted(r.tasks.items(), key=lambda kv: _task_key(kv[0]))
+                  if not res.passed]
+    return "\n".join(lines)
+
+
+def release_main(argv=None, prog="zero-lab-release") -> int:
+    p = argparse.ArgumentParser(prog=prog, description="Write the student release of notebooks.")
+    p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
+    p.add_argument("-o", "--output-dir", default="release", help="default: release/")
+    args = p.parse_args(argv)
+    try:
+        for path in release(args.notebooks, args.output_dir):
+            print(f"wrote {path}")
+    except NotebookError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def grade_main(argv=None, prog="zero-lab-grade") -> int:
+    p = argparse.ArgumentParser(prog=prog, description="Grade student notebooks against the "
+                                "reference notebook of the same file name.")
+    p.add_argument("students", nargs="+", metavar="STUDENT.ipynb")
+    p.add_argument("--reference-dir", default=str(REPO / "notebooks"),
+                   help="default: the repository's notebooks/")
+    p.add_argument("--json", metavar="OUT.json", help="also write the reports as JSON")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per notebook (900)")
+    args = p.parse_args(argv)
+    reports = []
+    for student in args.students:
+        try:
+            reference = Path(args.reference_dir) / Path(student).name
+            reports.append(grade(student, reference, args.timeout))
+        except (OSError, NotebookError, RuntimeError) as e:  # e.g. no such reference notebook
+            print(f"error: {student}: {e}", file=sys.stderr)
+    if not reports:
+        return 1
+    print(format_table(reports))
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.to_dict() for r in reports], indent=1,
+                                              ensure_ascii=False) + "\n")
+    return 0  # grading ran; the table carries the results
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    commands = {"release": release_main, "grade": grade_main}
+    if not argv or argv[0] not in commands:
+        print("usage: python -m course.assign {release,grade} ...", file=sys.stderr)
+        return 2
+    return commands[argv[0]](argv[1:], prog=f"python -m course.assign {argv[0]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Every chapter notebook follows the contract, and its checks really grade.
+
+For each ``notebooks/ch*.ipynb``: ``course.build --check`` finds nothing; the student release
+fails every graded task (no answer leaks through a check that passes on a stub); the
+reference passes every task. The strict output comparison of the reference notebooks is a
+separate run: ``pytest --nbval notebooks/ --nbval-sanitize-with course/nbval_sanitize.cfg``.
+"""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import assign, build
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("ch*.ipynb"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_contract_and_grading(path, tmp_path):
+    assert build.check_file(path) == [], f"{path.name}: run python -m course.build --check"
+
+    reference = nbformat.read(path, as_version=4)
+    tasks = assign.graded_tasks(reference)
+    student = tmp_path / path.name
+    nbformat.write(assign.make_release(reference), student)
+    released = assign.grade(student, path)
+    assert set(released.tasks) == tasks
+    passing = {t: r.reason for t, r in released.tasks.items() if r.passed}
+    assert not passing, f"{path.name}: these checks pass on the stub: {sorted(passing)}"
+
+    solved = assign.grade(path, path)
+    failing = {t: r.reason for t, r in solved.tasks.items() if not r.passed}
+    assert set(solved.tasks) == tasks and not failing, f"{path.name}: reference fails {failing}"
