@@ -6,7 +6,8 @@ Everything that needs torch is loaded on first use.
 """
 from importlib import import_module
 
-__all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "memory", "comm", "measure", "models"]
+_MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim", "stages")
+__all__ = ["launch", "LaunchError", "RankError", "RankTimeout", *_MODULES]
 
 _LAZY = {
     "launch": ("zero_ref.launcher", "launch"),
@@ -20,6 +21,6 @@ def __getattr__(name):
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(import_module(module), attr)
-    if name in ("memory", "comm", "measure", "models"):
+    if name in _MODULES:
         return import_module(f"zero_ref.{name}")
     raise AttributeError(f"module 'zero_ref' has no attribute {name!r}")

@@ -2,9 +2,10 @@
 
     results = zero_ref.launch(fn, 4, batch)      # [fn(0, 4, batch), ..., fn(3, 4, batch)]
 
-Each rank is a fresh process (``spawn``) joined to a real ``torch.distributed`` process group
+Each rank is a fresh Python process joined to a real ``torch.distributed`` process group
 (gloo on CPU, NCCL on GPUs). ``fn`` travels with cloudpickle, so it may be defined in a notebook
-cell. The parent holds the rendezvous store (a TCPStore on a free port chosen by the OS, so
+cell or in a script without an ``if __name__ == "__main__"`` guard (the ranks never re-import
+the caller's main module, unlike multiprocessing's spawn). The parent holds the rendezvous store (a TCPStore on a free port chosen by the OS, so
 concurrent launches never collide) and watches the ranks:
 
 - a rank that raises fails the call at once with that rank's traceback (``RankError``);
@@ -19,11 +20,10 @@ before writing a result is always a failure, whatever its exit code.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
-import multiprocessing.connection
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -80,18 +80,21 @@ def launch(fn, world_size: int, *args, timeout: float = 300.0, backend: str = "g
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     import torch.distributed as dist
 
-    payload = cloudpickle.dumps((fn, args))
     store = dist.TCPStore(_HOST, 0, world_size + 1, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout + 60))
-    ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="zero_ref_launch_") as workdir:
-        procs = [ctx.Process(target=_rank_main, name=f"zero_ref-rank{r}",
-                             args=(payload, r, world_size, store.port, workdir, backend, threads,
-                                   timeout + 60, os.getpid()))
-                 for r in range(world_size)]
+        with open(os.path.join(workdir, "payload.pkl"), "wb") as f:
+            f.write(cloudpickle.dumps((fn, args)))
+        # The ranks see the caller's import path, so functions pickled by reference resolve.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        procs = []
         try:
-            for p in procs:
-                p.start()
+            for r in range(world_size):
+                argv = [workdir, r, world_size, store.port, backend, threads, timeout + 60, os.getpid()]
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-c", "from zero_ref.launcher import _rank_main; _rank_main()",
+                     *map(str, argv)],
+                    env=env, stdin=subprocess.DEVNULL, start_new_session=True))  # own process group
             _watch(procs, workdir, timeout)
             results = [_load(workdir, r) for r in range(world_size)]
             if echo:
@@ -128,7 +131,7 @@ def _watch(procs, workdir: str, timeout: float) -> None:
             unfinished = [r for r in range(n) if r not in returned]
             tails = {r: _tail(_path(workdir, r, "stderr")) for r in unfinished}
             raise RankTimeout(unfinished, returned, timeout, tails)
-        mp.connection.wait([p.sentinel for p in procs if p.is_alive()], timeout=0.05)
+        time.sleep(0.02)
 
 
 def _failures(procs, workdir: str) -> list[tuple[float, int, str]]:
@@ -139,8 +142,8 @@ def _failures(procs, workdir: str) -> list[tuple[float, int, str]]:
         if os.path.exists(err):
             with open(err) as f:
                 out.append((os.path.getmtime(err), r, f.read()))
-        elif p.exitcode is not None and not os.path.exists(_path(workdir, r, "result")):
-            code = p.exitcode
+        elif p.poll() is not None and not os.path.exists(_path(workdir, r, "result")):
+            code = p.returncode
             how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
             details = f"the process {how} before returning a result.\n{_tail(_path(workdir, r, 'stderr'))}"
             out.append((time.time(), r, details))
@@ -151,21 +154,24 @@ def _join_finished(procs) -> None:
     # Finished ranks are in teardown; an abort there does not undo a written result.
     end = time.monotonic() + _TEARDOWN_GRACE_S
     for p in procs:
-        p.join(max(0.0, end - time.monotonic()))
+        try:
+            p.wait(max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _reap(procs) -> None:
     """Kill every rank's process group (the rank and anything it started) and wait for it."""
     for p in procs:
-        if p.pid is None:
-            continue
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     for p in procs:
-        if p.pid is not None:
-            p.join(5)
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _load(workdir: str, rank: int):
@@ -215,8 +221,10 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _rank_main(payload, rank, world_size, port, workdir, backend, threads, pg_timeout_s, parent_pid):
-    os.setpgrp()  # own process group, so the parent can kill the rank with everything it started
+def _rank_main():
+    workdir, rank, world_size, port, backend, threads, pg_timeout_s, parent_pid = sys.argv[1:]
+    rank, world_size, port, threads, parent_pid = map(int, (rank, world_size, port, threads, parent_pid))
+    pg_timeout_s = float(pg_timeout_s)
     _exit_with_parent(parent_pid)
     _redirect(_path(workdir, rank, "stdout"), 1)
     _redirect(_path(workdir, rank, "stderr"), 2)
@@ -230,7 +238,8 @@ def _rank_main(payload, rank, world_size, port, workdir, backend, threads, pg_ti
         import torch.distributed as dist
 
         torch.set_num_threads(threads)
-        fn, args = cloudpickle.loads(payload)
+        with open(os.path.join(workdir, "payload.pkl"), "rb") as f:
+            fn, args = cloudpickle.loads(f.read())
         timeout = timedelta(seconds=pg_timeout_s)
         store = dist.TCPStore(_HOST, port, is_master=False, timeout=timeout)
         if backend == "nccl":

@@ -1,0 +1,42 @@
+"""Shared set-up for the ZeRO equivalence tests: an awkward toy model, data, and the reference run."""
+import torch
+
+from zero_ref.models import GPT, GPTConfig, make_batch
+from zero_ref.optim import AdamConfig
+
+# Awkward on purpose: an odd parameter count (no world size divides it), tied embeddings,
+# biases, and a frozen parameter (the position embedding).
+CFG = GPTConfig(vocab_size=97, seq_len=8, d_model=24, n_heads=2, n_layers=2)
+ADAM = AdamConfig(lr=1e-2, weight_decay=0.1)
+MICRO_BATCH = 2
+
+
+def build_model(seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    model = GPT(CFG)
+    model.pos_emb.weight.requires_grad_(False)
+    return model
+
+
+def micro_batch(step: int, micro: int, rank: int, world: int, gas: int):
+    """Rank ``rank``'s ``micro``-th micro-batch of optimizer step ``step`` (slices of one global batch)."""
+    idx, targets = make_batch(CFG, MICRO_BATCH * world * gas, seed=1000 + step)
+    start = (micro * world + rank) * MICRO_BATCH
+    return idx[start:start + MICRO_BATCH], targets[start:start + MICRO_BATCH]
+
+
+def reference_params(steps: int, world: int, gas: int, clip: float = 0.0) -> dict:
+    """Single-process torch.optim.AdamW on the whole global batch of every step."""
+    model = build_model()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=ADAM.lr, betas=ADAM.betas, eps=ADAM.eps, weight_decay=ADAM.weight_decay,
+                            foreach=False)
+    for step in range(steps):
+        idx, targets = make_batch(CFG, MICRO_BATCH * world * gas, seed=1000 + step)
+        _, loss = model(idx, targets)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        opt.zero_grad()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

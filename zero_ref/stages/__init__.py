@@ -1,0 +1,9 @@
+"""The ZeRO stages as plain building blocks, one short module each (chapters 3–5 read them)."""
+from zero_ref.stages.base import ZeroOptimizerBase
+from zero_ref.stages.ddp import DataParallel
+from zero_ref.stages.zero1 import ZeroStage1
+from zero_ref.stages.zero2 import ZeroStage2
+
+STAGES = {0: DataParallel, 1: ZeroStage1, 2: ZeroStage2}
+
+__all__ = ["ZeroOptimizerBase", "DataParallel", "ZeroStage1", "ZeroStage2", "STAGES"]

@@ -1,0 +1,254 @@
+"""What every ZeRO stage shares: buckets of flat parameters, the Adam step on a shard, the
+micro-step / accumulation-boundary bookkeeping, loss scaling and gradient clipping.
+
+A stage is an optimizer that owns the module's trainable parameters:
+
+    opt = ZeroStage2(model, adam=AdamConfig(lr=1e-3), precision="bf16", gradient_accumulation_steps=2)
+    for micro_batch in batches:
+        loss = model(*micro_batch)
+        opt.backward(loss)      # scales by 1/GAS (and the fp16 loss scale); reduces when due
+        opt.step()              # steps only at the accumulation boundary; True if applied
+
+Parameters are grouped into *buckets* of at most ``reduce_bucket_size`` elements, in reverse
+registration order (the order backward usually produces gradients). Each bucket is one flat,
+padded buffer (``FlatLayout``) that the parameters' ``.data`` view into; rank r owns shard r of
+every bucket. Collectives are issued bucket by bucket in a fixed order, so every rank issues the
+same sequence even if its gradients become ready in a different order.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from zero_ref import comm
+from zero_ref.flat import FlatLayout
+from zero_ref.optim import AdamConfig, adam_step_
+from zero_ref.precision import PRECISIONS as DTYPES
+
+
+class Bucket:
+    """A group of parameters laid end to end in one flat buffer, sharded over the group."""
+
+    def __init__(self, index: int, params: list[nn.Parameter], world_size: int, rank: int):
+        self.index, self.params, self.rank = index, params, rank
+        self.layout = FlatLayout([p.shape for p in params], world_size)
+        self.flat_param = self.layout.flatten([p.data for p in params])
+        for p, view in zip(params, self.layout.unflatten(self.flat_param)):
+            p.data = view  # the module now computes with views into the flat buffer
+        self.ready: set[int] = set()  # indices of params whose gradient arrived this backward
+        self.launched = False
+
+    def shard(self, flat: torch.Tensor) -> torch.Tensor:
+        return self.layout.shard(flat, self.rank)
+
+    @property
+    def numel(self) -> int:
+        return self.layout.numel
+
+
+def trainable_params(module: nn.Module) -> list[nn.Parameter]:
+    """Parameters that need gradients, each once (tied weights appear once), in registration order."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def make_buckets(params: list[nn.Parameter], bucket_size: int, world_size: int, rank: int) -> list[Bucket]:
+    """Split ``params`` (in reverse order) into buckets of at most ``bucket_size`` elements;
+    a parameter larger than that gets a bucket of its own."""
+    groups, current, size = [], [], 0
+    for p in reversed(params):
+        if current and size + p.numel() > bucket_size:
+            groups.append(current)
+            current, size = [], 0
+        current.append(p)
+        size += p.numel()
+    if current:
+        groups.append(current)
+    return [Bucket(i, g, world_size, rank) for i, g in enumerate(groups)]
+
+
+class ZeroOptimizerBase:
+    """Shared machinery; subclasses decide what is sharded and when gradients are reduced."""
+
+    stage = -1
+
+    def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32",
+                 group=None, reduce_bucket_size: int = int(5e8), overlap_comm: bool = True,
+                 gradient_accumulation_steps: int = 1, gradient_clipping: float = 0.0, loss_scaler=None):
+        if precision not in DTYPES:
+            raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
+        if not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1:
+            raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {gradient_accumulation_steps!r}")
+        if reduce_bucket_size < 1:
+            raise ValueError(f"reduce_bucket_size must be >= 1, got {reduce_bucket_size}")
+        if gradient_clipping < 0:
+            raise ValueError(f"gradient_clipping must be >= 0, got {gradient_clipping}")
+        if precision == "fp16" and loss_scaler is None:
+            raise ValueError("precision='fp16' needs a loss_scaler (see zero_ref.precision)")
+        self.module, self.group = module, group
+        self.adam = adam or AdamConfig()
+        self.precision, self.dtype = precision, DTYPES[precision]
+        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+        self.overlap_comm = overlap_comm
+        self.gas = gradient_accumulation_steps
+        self.clip = gradient_clipping
+        self.loss_scaler = loss_scaler
+        self.micro_steps = 0   # backward calls so far
+        self.global_steps = 0  # optimizer steps applied
+        self.skipped_steps = 0
+        self.last_grad_norm: float | None = None
+        self._pending: list = []  # (work handle, callback) of collectives in flight
+        self.buckets = self._build(module, reduce_bucket_size)
+
+    # ---------------------------------------------------------------- set-up
+    def _build(self, module: nn.Module, bucket_size: int) -> list[Bucket]:
+        params = trainable_params(module)
+        if not params:
+            raise ValueError("the module has no parameters with requires_grad=True")
+        # Master weights in fp32 come from the module's values before they are cast down.
+        masters = {id(p): p.detach().float().clone() for p in params} if self.precision != "fp32" else {}
+        module.to(self.dtype) if self.precision != "fp32" else None
+        buckets = make_buckets(params, bucket_size, self.world_size, self.rank)
+        for b in buckets:
+            self._init_bucket(b, masters)
+        for b in buckets:
+            for i, p in enumerate(b.params):
+                p.register_post_accumulate_grad_hook(self._make_hook(b, i))
+        return buckets
+
+    def _master_shard(self, b: Bucket, masters: dict, full: bool) -> torch.Tensor:
+        """The fp32 weights the optimizer updates: this rank's shard (or all of it, for stage 0)."""
+        if not masters:  # fp32 training: the flat parameter buffer is its own master
+            return b.flat_param if full else b.shard(b.flat_param)
+        flat = b.layout.flatten([masters[id(p)] for p in b.params])
+        return flat if full else b.shard(flat).clone()  # keep only our shard alive
+
+    def _init_bucket(self, b: Bucket, masters: dict) -> None:
+        raise NotImplementedError
+
+    def _make_hook(self, b: Bucket, i: int):
+        def hook(param: torch.Tensor) -> None:
+            if not self._reducing:
+                return
+            b.ready.add(i)
+            self._on_grad_ready(b, i, param)
+            self._launch_ready()
+        return hook
+
+    # ---------------------------------------------------------------- micro-step
+    @property
+    def loss_scale(self) -> float:
+        return self.loss_scaler.loss_scale if self.loss_scaler is not None else 1.0
+
+    def is_gradient_accumulation_boundary(self) -> bool:
+        """True while the current (next) backward is the last micro-step before an optimizer step."""
+        return (self.micro_steps + 1) % self.gas == 0
+
+    def _reduces_this_micro_step(self) -> bool:
+        return self.is_gradient_accumulation_boundary()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of ``loss`` / GAS (times the loss scale), reducing gradients when due."""
+        if loss.dim() != 0:
+            raise ValueError(f"backward expects a scalar loss, got shape {tuple(loss.shape)}")
+        self._reducing = self._reduces_this_micro_step()
+        for b in self.buckets:
+            b.ready.clear()
+            b.launched = False
+        (loss * (self.loss_scale / self.gas)).backward()
+        if self._reducing:
+            self._launch_ready(flush=True)  # parameters that got no gradient reduce zeros
+            self._wait_all()
+        self._reducing = False
+        self.micro_steps += 1
+
+    _reducing = False
+
+    def _launch_ready(self, flush: bool = False) -> None:
+        """Issue reductions in bucket order: bucket k only after buckets 0..k-1 (same order on every rank)."""
+        for b in self.buckets:
+            if b.launched:
+                continue
+            if not flush and (len(b.ready) < len(b.params) or not self.overlap_comm):
+                return
+            b.launched = True
+            self._reduce_bucket(b)
+
+    def _async(self, work, callback=None) -> None:
+        self._pending.append((work, callback))
+
+    def _wait_all(self) -> None:
+        for work, callback in self._pending:
+            if work is not None:
+                work.wait()
+            if callback is not None:
+                callback()
+        self._pending.clear()
+
+    def _on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
+        """Called when parameter i of bucket b has its gradient for this backward."""
+
+    def _reduce_bucket(self, b: Bucket) -> None:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- step
+    def step(self) -> bool:
+        """At the accumulation boundary: unscale, check overflow, clip, Adam, share parameters.
+
+        Returns True when the optimizer step was applied (False off the boundary, or when an
+        fp16 overflow skipped it — on every rank alike)."""
+        if self.micro_steps % self.gas != 0 or self.micro_steps == 0:
+            return False
+        grads = self._grad_shards()  # fp32, this rank's part of every bucket
+        inv_scale = 1.0 / self.loss_scale
+        sq = torch.zeros(2, dtype=torch.float64)  # [sum of squares, non-finite flag]
+        for g in grads:
+            if inv_scale != 1.0:
+                g.mul_(inv_scale)
+            sq[0] += g.double().pow(2).sum()
+        sq[1] = float(not math.isfinite(sq[0].item()))
+        if self._grads_are_sharded():
+            comm.all_reduce(sq, group=self.group)  # global norm and overflow, the same on all ranks
+        overflow = bool(sq[1] > 0) or not math.isfinite(sq[0].item())
+        if self.loss_scaler is not None:
+            self.loss_scaler.update_scale(overflow)
+        if overflow:
+            self.skipped_steps += 1
+            self.last_grad_norm = float("inf")
+            self._zero_grads()
+            return False
+        norm = math.sqrt(sq[0].item())
+        self.last_grad_norm = norm
+        if self.clip > 0:  # torch.nn.utils.clip_grad_norm_'s rule
+            coef = min(self.clip / (norm + 1e-6), 1.0)
+            for g in grads:
+                g.mul_(coef)
+        self.global_steps += 1
+        for b, g in zip(self.buckets, grads):
+            adam_step_(b.master, g, b.exp_avg, b.exp_avg_sq, self.global_steps, self.adam)
+        self._publish_params()
+        self._zero_grads()
+        return True
+
+    def _grads_are_sharded(self) -> bool:
+        return True
+
+    def _grad_shards(self) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def _publish_params(self) -> None:
+        """Write each updated shard into the flat parameters and all-gather them (stages 1–2)."""
+        for b in self.buckets:
+            mine = b.shard(b.flat_param)
+            if b.master.data_ptr() != mine.data_ptr():  # mixed precision: cast the fp32 master down
+                mine.copy_(b.master)
+            self._async(comm.all_gather(b.flat_param, mine, group=self.group, async_op=self.overlap_comm))
+        self._wait_all()
+
+    def _zero_grads(self) -> None:
+        raise NotImplementedError
+
+    def zero_grad(self) -> None:
+        """Gradients are cleared after every step; this exists for drop-in loops."""
