@@ -252,3 +252,14 @@ class ZeroOptimizerBase:
 
     def zero_grad(self) -> None:
         """Gradients are cleared after every step; this exists for drop-in loops."""
+
+    def state_tensors(self) -> dict[str, list[torch.Tensor]]:
+        """The tensors this rank holds for training, by category (what chapters measure)."""
+        out = {"params": [], "grads": [], "optimizer": []}
+        for b in self.buckets:
+            out["params"].append(b.flat_param)
+            out["grads"].append(b.grad_shard if self.stage == 2 else b.flat_grad)
+            out["optimizer"] += [b.exp_avg, b.exp_avg_sq]
+            if b.master.untyped_storage().data_ptr() != b.flat_param.untyped_storage().data_ptr():
+                out["optimizer"].append(b.master)  # a separate fp32 master copy (mixed precision)
+        return out
