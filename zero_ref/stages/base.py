@@ -207,7 +207,7 @@ class ZeroOptimizerBase:
         for g in grads:
             if inv_scale != 1.0:
                 g.mul_(inv_scale)
-            sq[0] += g.double().pow(2).sum()
+            sq[0] += torch.linalg.vector_norm(g).double() ** 2  # one pass, no copy; inf/nan propagate
         sq[1] = float(not math.isfinite(sq[0].item()))
         if self._grads_are_sharded():
             comm.all_reduce(sq, group=self.group)  # global norm and overflow, the same on all ranks
