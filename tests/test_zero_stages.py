@@ -20,9 +20,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def train(rank, world, stage, gas, precision, clip, bucket):
+def train(rank, world, stage, gas, precision, clip, bucket, device="cpu"):
     from zero_ref.precision import DynamicLossScaler
-    model = build_model()
+    model = build_model().to(device)
     scaler = DynamicLossScaler(init_scale=2**12) if precision == "fp16" else None
     opt = STAGES[stage](model, adam=ADAM, precision=precision, gradient_accumulation_steps=gas,
                         gradient_clipping=clip, reduce_bucket_size=bucket, loss_scaler=scaler)
@@ -30,11 +30,11 @@ def train(rank, world, stage, gas, precision, clip, bucket):
         for step in range(STEPS):
             for micro in range(gas):
                 idx, targets = micro_batch(step, micro, rank, world, gas)
-                _, loss = model(idx, targets)
+                _, loss = model(idx.to(device), targets.to(device))
                 opt.backward(loss)
                 applied = opt.step()
                 assert applied == (micro == gas - 1)
-    state = {k: v.detach().float().clone() for k, v in model.state_dict().items()}
+    state = {k: v.detach().float().cpu().clone() for k, v in model.state_dict().items()}
     return state, log.by_op()
 
 
@@ -194,3 +194,31 @@ def test_overlap_and_bucket_size_do_not_change_the_result():
             for overlap, bucket in ((True, 10**9), (False, 10**9), (True, 200))]
     assert runs[0][1] == runs[1][1] == 1 and runs[2][1] > 10  # one bucket, or many small ones
     assert max_diff(runs[0][0], runs[1][0]) == 0 and max_diff(runs[0][0], runs[2][0]) == 0
+
+
+# ------------------------------------------------------------------ GPU (run on a lent device machine)
+
+def cuda_run(rank, world, stage):
+    from zero_ref.measure import unique_storage_bytes
+    state, _ = train(rank, world, stage, 1, "fp32", 0.0, 300, device="cuda")
+    model = build_model().cuda()
+    opt = STAGES[stage](model, adam=ADAM)
+    _, loss = model(*(t.cuda() for t in micro_batch(0, 0, rank, world, 1)))
+    opt.backward(loss)
+    opt.step()
+    del loss
+    held = sum(unique_storage_bytes(v) for v in opt.state_tensors().values())
+    others = unique_storage_bytes([model.pos_emb.weight] + list(model.buffers()))  # frozen param, masks
+    return state, held, others, torch.cuda.memory_allocated()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: run on a GPU machine")
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_one_rank_nccl_on_cuda(stage):
+    ref = reference_params(STEPS, 1, gas=1)
+    state, held, others, allocated = zero_ref.launch(cuda_run, 1, stage, backend="nccl", timeout=300)[0]
+    assert_close_to_reference(state, ref, atol=1e-4)  # CUDA kernels add in another order than the CPU
+    # At rest, what the CUDA allocator holds is the model states (+ the frozen parameter and the
+    # buffers), up to the allocator's 512-byte rounding per tensor.
+    assert abs(allocated - held - others) <= 512 * 64, (allocated, held, others)

@@ -203,7 +203,7 @@ class ZeroOptimizerBase:
             return False
         grads = self._grad_shards()  # fp32, this rank's part of every bucket
         inv_scale = 1.0 / self.loss_scale
-        sq = torch.zeros(2, dtype=torch.float64)  # [sum of squares, non-finite flag]
+        sq = torch.zeros(2, dtype=torch.float64, device=self.buckets[0].flat_param.device)  # [Σg², non-finite]
         for g in grads:
             if inv_scale != 1.0:
                 g.mul_(inv_scale)

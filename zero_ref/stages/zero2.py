@@ -19,7 +19,7 @@ class ZeroStage2(ZeroOptimizerBase):
         return True  # every micro-step: there is no full buffer to accumulate into
 
     def _init_bucket(self, b: Bucket, masters: dict) -> None:
-        b.grad_shard = torch.zeros(b.layout.shard_numel, dtype=self.dtype)
+        b.grad_shard = torch.zeros(b.layout.shard_numel, dtype=self.dtype, device=b.flat_param.device)
         b.staging = None
         b.master = self._master_shard(b, masters, full=False)
         b.exp_avg = torch.zeros_like(b.master, dtype=torch.float32)
@@ -27,13 +27,13 @@ class ZeroStage2(ZeroOptimizerBase):
 
     def _on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
         if b.staging is None:
-            b.staging = torch.zeros(b.layout.padded_numel, dtype=self.dtype)
+            b.staging = torch.zeros_like(b.flat_param)
         start, n = b.layout.offsets[i], b.layout.numels[i]
         b.staging[start:start + n].copy_(param.grad.reshape(-1))
         param.grad = None  # the full gradient is freed as soon as it is staged
 
     def _reduce_bucket(self, b: Bucket) -> None:
-        staging = b.staging if b.staging is not None else torch.zeros(b.layout.padded_numel, dtype=self.dtype)
+        staging = b.staging if b.staging is not None else torch.zeros_like(b.flat_param)
         b.staging = None
         mine = b.shard(staging)
         work = comm.reduce_scatter(mine, staging, group=self.group, async_op=self.overlap_comm)
