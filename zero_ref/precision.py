@@ -62,7 +62,7 @@ class StaticLossScaler:
         self.cur_scale = float(state["cur_scale"])
 
 
-class DynamicLossScaler:
+class DynamicLossScaler(StaticLossScaler):
     """Halve the scale on overflow, double it after a window of clean steps (DeepSpeed's rule).
 
     ``update_scale(overflow)``, once per optimizer step:
@@ -98,13 +98,6 @@ class DynamicLossScaler:
         self.consecutive_hysteresis = consecutive_hysteresis
         self.raise_error_at_min_scale = raise_error_at_min_scale
         self.scale_factor = scale_factor
-
-    @property
-    def loss_scale(self) -> float:
-        return self.cur_scale
-
-    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self.cur_scale
 
     def update_scale(self, overflow: bool) -> None:
         if overflow:
