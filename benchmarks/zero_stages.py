@@ -19,10 +19,36 @@ import sys
 import zero_ref
 
 CFG = dict(vocab_size=1024, seq_len=64, d_model=256, n_heads=4, n_layers=4)
+# For memory: ≈110M parameters, so model states dominate the ~200 MiB runtime of each process.
+BIG = dict(vocab_size=32000, seq_len=64, d_model=768, n_heads=12, n_layers=12)
 LR, MICRO = 1e-3, 4
 
 
-def bench(rank, world, name, steps, warmup):
+class PeakRSS:
+    """Samples this process's resident memory every 2 ms; ``peak`` is the highest seen."""
+
+    def __init__(self):
+        import threading
+
+        import psutil
+        self.proc, self.peak, self.running = psutil.Process(), 0, True
+        self.baseline = self.proc.memory_info().rss
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import time
+        while self.running:
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.002)
+
+    def stop(self) -> int:
+        self.running = False
+        self.thread.join()
+        return self.peak - self.baseline
+
+
+def bench(rank, world, name, steps, warmup, big=False):
     import time
 
     import torch
@@ -31,11 +57,12 @@ def bench(rank, world, name, steps, warmup):
     from zero_ref.measure import unique_storage_bytes
     from zero_ref.models import GPT, GPTConfig, make_batch
 
-    cfg = GPTConfig(**CFG)
+    cfg = GPTConfig(**(BIG if big else CFG))
+    batches = [make_batch(cfg, MICRO, seed=100 * rank + s) for s in range(steps + warmup)]
+    dist.barrier()
+    rss = PeakRSS()  # from before the model exists: construction, optimizer state and steps all count
     torch.manual_seed(0)
     model = GPT(cfg)
-    batches = [make_batch(cfg, MICRO, seed=100 * rank + s) for s in range(steps + warmup)]
-    held = None
 
     if name.startswith("zero_ref"):
         from zero_ref.optim import AdamConfig
@@ -125,8 +152,8 @@ def bench(rank, world, name, steps, warmup):
         t0 = time.perf_counter()
         step(idx, tgt)
         times.append(time.perf_counter() - t0)
-    held = state()
-    return statistics.median(times[warmup:]) * 1e3, held
+    peak = rss.stop()
+    return statistics.median(times[warmup:]) * 1e3, state(), peak
 
 
 def main(argv=None):
@@ -134,6 +161,8 @@ def main(argv=None):
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--memory", action="store_true",
+                    help="use the ≈110M-parameter model and report peak RSS above the pre-model baseline")
     ap.add_argument("--peers", nargs="+",
                     default=["ddp", "zero1", "fsdp2_noreshard", "fsdp2", "deepspeed0", "deepspeed1", "deepspeed2",
                              "deepspeed3"])
@@ -143,20 +172,22 @@ def main(argv=None):
         rows = {}
         for name in names:
             try:
-                res = zero_ref.launch(bench, world, name, args.steps, args.warmup, timeout=600, echo=False)
-                rows[name] = (statistics.median(r[0] for r in res), max(r[1] for r in res))
+                res = zero_ref.launch(bench, world, name, args.steps, args.warmup, args.memory, timeout=900,
+                                      echo=False)
+                rows[name] = (statistics.median(r[0] for r in res), max(r[1] for r in res), max(r[2] for r in res))
             except zero_ref.LaunchError as e:
                 rows[name] = None
                 print(f"{name}: failed: {str(e).splitlines()[0]}", file=sys.stderr)
         base = rows.get("ddp")
-        print(f"\n{world} ranks (median ms/step over ranks and {args.steps} steps; state = model-state tensor MiB per rank)")
-        print(f"{'framework':<18}{'ms/step':>9}{'vs DDP':>8}{'state MiB':>11}")
+        print(f"\n{world} ranks (median ms/step over ranks and {args.steps} steps; state = model-state tensor MiB "
+              f"per rank; peak = peak RSS above the pre-model baseline, MiB, max over ranks)")
+        print(f"{'framework':<18}{'ms/step':>9}{'vs DDP':>8}{'state MiB':>11}{'peak MiB':>10}")
         for name, row in rows.items():
             if row is None:
                 print(f"{name:<18}{'failed':>9}")
                 continue
             ratio = f"{row[0] / base[0]:.2f}" if base else "-"
-            print(f"{name:<18}{row[0]:>9.1f}{ratio:>8}{row[1] / 2**20:>11.2f}")
+            print(f"{name:<18}{row[0]:>9.1f}{ratio:>8}{row[1] / 2**20:>11.2f}{row[2] / 2**20:>10.0f}")
 
 
 if __name__ == "__main__":
