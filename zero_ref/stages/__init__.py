@@ -7,3 +7,4 @@ from zero_ref.stages.zero2 import ZeroStage2
 STAGES = {0: DataParallel, 1: ZeroStage1, 2: ZeroStage2}
 
 __all__ = ["ZeroOptimizerBase", "DataParallel", "ZeroStage1", "ZeroStage2", "STAGES"]
+from zero_ref.stages.zero3 import ZeroStage3; STAGES[3] = ZeroStage3; __all__.append("ZeroStage3")  # noqa: E402,E702

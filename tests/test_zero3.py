@@ -1,0 +1,313 @@
+"""ZeRO-3 on real gloo ranks: equals single-process AdamW; memory, communication and zero.Init measured.
+
+Units of the toy model (tests/zero_cases.py): one per module with parameters, 15 in all; the tied
+head/tok_emb weight is one unit (tok_emb's), which head's forward gathers too; pos_emb is frozen.
+"""
+import time
+import weakref
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import test_zero_stages as zs
+import zero_ref
+from zero_ref import comm
+from zero_ref.flat import FlatLayout
+from zero_ref.measure import unique_storage_bytes
+from zero_ref.memory import model_state_bytes
+from zero_ref.models import GPT, GPTConfig
+from zero_ref.precision import DynamicLossScaler
+from zero_ref.stages import ZeroStage2, ZeroStage3
+from zero_ref.zero_init import GatheredParameters, Init
+from zero_cases import ADAM, build_model, micro_batch, reference_params
+
+STEPS = zs.STEPS
+one_thread = zs.one_thread  # the reference runs one intra-op thread, like the ranks
+ALL_PARTITIONED = dict(param_persistence_threshold=0)  # the default 1e5 would keep every toy unit whole
+CONFIGS = {
+    "default": {},                                      # prefetch_bucket_size 5e7: all units prefetched
+    "no_prefetch": dict(prefetch_bucket_size=0),
+    "tiny_live": dict(max_live_parameters=1),           # one unit gathered at a time
+    "persistent": dict(param_persistence_threshold=100),  # the LayerNorm units (48 elements) stay whole
+    "gas2": dict(gradient_accumulation_steps=2),
+}
+
+
+def train(rank, world, model, opt, gas=1):
+    """STEPS optimizer steps; returns the comm records of the last step as (op, dtype, bytes)."""
+    for step in range(STEPS):
+        with comm.recording() as log:
+            for micro in range(gas):
+                idx, targets = micro_batch(step, micro, rank, world, gas)
+                _, loss = model(idx, targets)
+                opt.backward(loss)
+                assert opt.step() == (micro == gas - 1)
+    return [(r.op, r.dtype, r.bytes) for r in log.records]
+
+
+def run_configs(rank, world):
+    out = {}
+    for name, kw in CONFIGS.items():
+        model = build_model()
+        opt = ZeroStage3(model, adam=ADAM, **{**ALL_PARTITIONED, **kw})
+        records = train(rank, world, model, opt, gas=kw.get("gradient_accumulation_steps", 1))
+        units, part = opt.units, [u.part for u in opt.units]
+        assert all(p.grad is None and (p.numel() == 0) != u.persistent for u in units for p in u.params)
+        memory = {"params": unique_storage_bytes(part + [p.data for p in model.parameters()]),
+                  "grads": unique_storage_bytes([b.grad_shard for b in opt.buckets]),
+                  "optimizer": unique_storage_bytes([t for b in opt.buckets for t in (b.master, b.exp_avg, b.exp_avg_sq)],
+                                                    exclude=part)}
+        layout = [dict(name=u.name, numel=u.numel, shard=u.layout.shard_numel, size=u.size, persistent=u.persistent,
+                       trainable=u.params[0].requires_grad) for u in units]
+        out[name] = dict(state=opt.state_dict(), records=records, memory=memory, units=layout,
+                         peak_live=opt.peak_live_numel)
+    model = build_model()
+    out["stage2"] = dict(records=train(rank, world, model, ZeroStage2(model, adam=ADAM)))
+    return out
+
+
+@pytest.fixture(scope="module", params=[1, 2, 4])
+def runs(request):
+    world = request.param
+    return world, zero_ref.launch(run_configs, world, timeout=120)
+
+
+def total(units, key, **where):
+    return sum(u[key] for u in units if all(u[k] == v for k, v in where.items()))
+
+
+@pytest.mark.slow
+def test_equals_single_process_adamw(runs):
+    world, results = runs
+    ref, ref_gas2 = reference_params(STEPS, world, gas=1), reference_params(STEPS, world, gas=2)
+    for res in results:
+        state = res["default"]["state"]
+        if world == 1:
+            assert zs.max_diff(state, ref) == 0  # bit for bit
+        else:
+            zs.assert_close_to_reference(state, ref, atol=1e-5)
+        zs.assert_close_to_reference(res["gas2"]["state"], ref_gas2, atol=1e-5)  # GAS 2 = one 2×-sized batch
+        for name in ("no_prefetch", "tiny_live", "persistent"):  # the knobs move bytes, never values
+            assert zs.max_diff(res[name]["state"], state) == 0, name
+    for res in results[1:]:  # every rank ends with the same full parameters
+        assert all(zs.max_diff(results[0][n]["state"], res[n]["state"]) == 0 for n in CONFIGS)
+    first = results[0]
+    assert first["tiny_live"]["peak_live"] == max(u["size"] for u in first["tiny_live"]["units"])  # one at a time
+    assert first["no_prefetch"]["peak_live"] < first["default"]["peak_live"]
+
+
+@pytest.mark.slow
+def test_memory_per_rank_at_rest(runs):
+    """params = padded Ψ/N (+ persistent units, whole); grads = Ψ/N; Adam = 8Ψ/N (fp32: the partition is the master)."""
+    world, results = runs
+    for name in ("default", "persistent"):
+        units, measured = results[0][name]["units"], results[0][name]["memory"]
+        psi, psi_t = total(units, "numel"), total(units, "numel", trainable=True)  # frozen pos_emb: no grads, Adam
+        pad = total(units, "shard") - -(-psi // world)  # each unit pads to a multiple of N on its own
+        pad_t = total(units, "shard", trainable=True) - -(-psi_t // world)
+        whole = total(units, "size", persistent=True)
+        formula, formula_t = (model_state_bytes(n, zero_stage=3, dp=world, precision="fp32", padded=True)
+                              for n in (psi, psi_t))
+        assert 0 <= pad_t <= pad < len(units)  # < 1 element per rank per unit over ceil(Ψ/N)
+        assert measured["params"] == formula.params + 4 * pad + 4 * whole
+        assert measured["grads"] == formula_t.grads + 4 * pad_t
+        assert measured["optimizer"] == formula_t.optimizer + 8 * pad_t
+        assert (whole > 0) == (name == "persistent")
+
+
+def step_bytes(records, op, dtype="float32"):
+    return sum(b for o, d, b in records if o == op and d == dtype)
+
+
+@pytest.mark.slow
+def test_communication_per_step(runs):
+    """Per step and rank: all-gather Ψ forward + Ψ backward + reduce-scatter Ψ = 1.5× ZeRO-2's 2Ψ, exactly up to
+    the tied unit, the frozen embedding, persistent units, padding and the control-flow headers."""
+    world, results = runs
+    for name in ("default", "no_prefetch", "tiny_live", "persistent"):
+        units, records = results[0][name]["units"], results[0][name]["records"]
+        size = {u["name"]: u["size"] for u in units}
+        gathered = total(units, "size", persistent=False)
+        forward = gathered + size["tok_emb"]  # head gathers the tied unit a second time
+        backward = gathered - size["pos_emb"]  # an embedding's backward reads only the indices
+        after_step = total(units, "size", persistent=True, trainable=True)  # persistent units, updated
+        assert step_bytes(records, "all_gather") == 4 * (forward + backward + after_step)
+        assert step_bytes(records, "reduce_scatter") == 4 * total(units, "size", trainable=True)
+        assert step_bytes(records, "all_reduce", "float64") == 16  # the global norm and overflow flag
+        # A 16-byte header per rank before each all-gather and reduce-scatter of a unit (none on one rank).
+        # Gathers: forward every unit + tok_emb again, backward every unit but pos_emb: 2 per unit.
+        n_collectives = 2 * len([u for u in units if not u["persistent"]]) + len([u for u in units if u["trainable"]])
+        assert step_bytes(records, "all_gather", "int64") == (16 * world * n_collectives if world > 1 else 0)
+    units = results[0]["default"]["units"]
+    size = {u["name"]: u["size"] for u in units}
+    psi_t = total(units, "numel", trainable=True)
+    data2 = step_bytes(results[0]["stage2"]["records"], "all_gather") + \
+        step_bytes(results[0]["stage2"]["records"], "reduce_scatter")
+    data3 = step_bytes(results[0]["default"]["records"], "all_gather") + \
+        step_bytes(results[0]["default"]["records"], "reduce_scatter")
+    assert data2 == 4 * 2 * -(-psi_t // world) * world  # ZeRO-2: one bucket, reduce-scattered + all-gathered
+    # ZeRO-3: 3 × the trainable units, + tok_emb gathered again for head, + frozen pos_emb gathered in forward.
+    assert data3 == 4 * (3 * total(units, "size", trainable=True) + size["tok_emb"] + size["pos_emb"])
+    ratio = data3 / data2
+    print(f"world {world}: ZeRO-3 {data3} B vs ZeRO-2 {data2} B per step and rank: {ratio:.4f}×")
+    assert 1.5 <= ratio < 1.6
+
+
+# ---------------------------------------------------------------- zero.Init, GatheredParameters, state_dict
+
+BIG = GPTConfig(vocab_size=127, seq_len=16, d_model=63, n_heads=3, n_layers=6)  # 300k params; tok_emb is odd
+
+
+class PeakTensorBytes(TorchDispatchMode):
+    """Bytes of tensor storage allocated inside the block and still alive; ``peak`` is their maximum."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self._ptrs = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                st = t.untyped_storage()
+                ptr, n = st.data_ptr(), st.nbytes()
+                if n and ptr not in inputs and ptr not in self._ptrs:
+                    self._ptrs.add(ptr)
+                    self.live += n
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(st, self._free, ptr, n)
+        return out
+
+    def _free(self, ptr, n):
+        self._ptrs.discard(ptr)
+        self.live -= n
+
+
+def build_big():
+    torch.manual_seed(0)
+    return GPT(BIG)
+
+
+def run_init(rank, world):
+    out = {}
+    with PeakTensorBytes() as whole:
+        normal = build_big()
+    with PeakTensorBytes() as parted:
+        with Init():
+            big = build_big()
+    units = list(dict.fromkeys(p._z3_unit for p in big.parameters()))
+    # GPT builds head with its own weight (partitioned like any other) before tying it to tok_emb's.
+    replaced = FlatLayout([(BIG.vocab_size, BIG.d_model)], world)
+    out["construction"] = dict(whole=whole.peak, parted=parted.peak, model=4 * sum(p.numel() for p in normal.parameters()),
+                               shards=4 * sum(u.layout.shard_numel for u in units),
+                               replaced=4 * replaced.shard_numel, units=len(units),
+                               largest=4 * max(u.numel for u in units),
+                               buffers=sum(b.untyped_storage().nbytes() for b in big.buffers()))
+    with GatheredParameters(big.parameters()):  # "same initial values": bit for bit the normal build's
+        out["same_init"] = zs.max_diff(big.state_dict(), normal.state_dict())
+
+    # Trains like the normally built model: Init's partitions are adopted as ZeRO-3's units (no gather).
+    states = []
+    for use_init in (True, False):
+        if use_init:
+            with Init():
+                model = build_model()
+        else:
+            model = build_model()
+        with comm.recording() as log:
+            opt = ZeroStage3(model, adam=ADAM, **ALL_PARTITIONED)
+        out.setdefault("adopt_bytes", log.total_bytes())
+        train(rank, world, model, opt)
+        states.append(opt.state_dict())
+    out["init_vs_normal"] = zs.max_diff(*states)
+
+    # state_dict: the optimizer's is full and equals the gathered parameters; the module's refuses.
+    try:
+        model.state_dict()
+        out["module_state_dict"] = "no error"
+    except RuntimeError as e:
+        out["module_state_dict"] = str(e)
+    full = opt.state_dict()
+    with GatheredParameters(model.parameters()):
+        out["state_vs_gathered"] = max((full[n] - p).abs().max().item() for n, p in model.named_parameters())
+        out["shapes"] = all(full[n].shape == p.shape for n, p in model.named_parameters())
+    out["empty_after"] = all(p.numel() == 0 for p in model.parameters())
+
+    # GatheredParameters: rank 1's edit is broadcast and re-partitioned (fp32 master shard too); None discards.
+    model = build_model()
+    opt = ZeroStage3(model, adam=ADAM, precision="bf16", **ALL_PARTITIONED)
+    with torch.no_grad():
+        with GatheredParameters(model.ln_f.parameters(), modifier_rank=1):
+            model.ln_f.weight.fill_(2.5 if rank == 1 else -7.0)
+        with GatheredParameters(model.ln_f.parameters()):
+            model.ln_f.weight.fill_(9.0)  # discarded
+    unit = model.ln_f.weight._z3_unit
+    mine = [pc for pc in unit.layout.pieces(rank) if pc.index == 0]
+    out["master"] = [unit.master[pc.shard_start:pc.shard_start + pc.numel].tolist() for pc in mine]
+    out["edited"] = opt.state_dict()["ln_f.weight"].float().tolist()
+
+    # Mixed precision: the same values as ZeRO-2, bit for bit (16-bit compute and reduce-scatter, fp32 masters).
+    for precision in ("bf16", "fp16"):
+        states = []
+        for stage, kw in ((ZeroStage2, {}), (ZeroStage3, ALL_PARTITIONED)):
+            model = build_model()
+            scaler = DynamicLossScaler(init_scale=2**12) if precision == "fp16" else None
+            opt = stage(model, adam=ADAM, precision=precision, loss_scaler=scaler, **kw)
+            train(rank, world, model, opt)
+            states.append(opt.state_dict() if stage is ZeroStage3 else model.state_dict())
+        out[precision] = zs.max_diff(*states)
+    return out
+
+
+@pytest.mark.slow
+def test_zero_init_gathered_parameters_and_state_dict():
+    for res in zero_ref.launch(run_init, 2, timeout=120):
+        c = res["construction"]
+        print(c)
+        # Never the whole model: its shards of everything built so far + the one module being built (or
+        # gathered by apply). Sometimes + one more unit: gloo's worker thread lets go of the previous
+        # all-gather's output buffer a moment after the collective has completed.
+        assert c["shards"] <= c["parted"] <= c["shards"] + c["replaced"] + 2 * c["largest"] + c["buffers"]
+        assert 0 <= c["shards"] - c["model"] // 2 < 4 * c["units"]  # the shards are Ψ/N, padded per unit
+        assert c["whole"] >= c["model"]  # a normal build holds it all
+        assert res["same_init"] == 0
+        assert res["adopt_bytes"] == 0 and res["init_vs_normal"] == 0
+        assert "ZeroStage3.state_dict()" in res["module_state_dict"] and "GatheredParameters" in res["module_state_dict"]
+        assert res["state_vs_gathered"] == 0 and res["shapes"] and res["empty_after"]
+        assert res["edited"] == [2.5] * 24 and all(v == 2.5 for piece in res["master"] for v in piece)
+        assert res["bf16"] == res["fp16"] == 0
+
+
+# ---------------------------------------------------------------- different control flow on different ranks
+
+def diverge(rank, world, prefetch, catch):
+    model = build_model()
+    opt = ZeroStage3(model, adam=ADAM, prefetch_bucket_size=prefetch, **ALL_PARTITIONED)
+    for step in range(2):
+        if step == 1 and rank == 1:
+            model.blocks[1].forward = lambda x: x  # rank 1 skips a block
+        idx, targets = micro_batch(step, 0, rank, world, 1)
+        try:
+            _, loss = model(idx, targets)
+            opt.backward(loss)
+            opt.step()
+        except RuntimeError as e:
+            if not catch:
+                raise
+            return str(e)
+    return "no error"
+
+
+@pytest.mark.slow
+def test_control_flow_mismatch_is_a_clear_error_on_every_rank():
+    start = time.monotonic()
+    messages = zero_ref.launch(diverge, 2, 0, True, timeout=60)
+    for msg in messages:  # the same diagnosis on both ranks
+        assert "rank 0 gathers 'blocks.1.ln1' for forward while rank 1 gathers 'ln_f' for forward" in msg, msg
+    with pytest.raises(zero_ref.RankError, match=r"rank \d .*while rank \d"):  # with prefetch: fails, never hangs
+        zero_ref.launch(diverge, 2, int(5e7), False, timeout=60)
+    assert time.monotonic() - start < 40

@@ -1,0 +1,304 @@
+"""ZeRO-3 (P_os+g+p): partition the parameters too.
+
+No rank ever holds the whole model. A *unit* (``zero_init.Unit``) is one module's own parameters
+(``recurse=False``; trainable and frozen apart; a tied parameter belongs to its first holder) in one
+padded ``FlatLayout``: rank r keeps shard r, and between uses every ``param.data`` is empty. Model
+states per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the moment.
+
+- Forward: a module's forward pre-hook all-gathers the units of the parameters it holds (head
+  gathers tok_emb's unit: tied), its forward hook releases them.
+- Backward re-gathers through ``saved_tensors_hooks``, installed around each module's forward:
+  *pack* swaps a saved tensor that lives in a gathered unit (a parameter, or a view such as the
+  ``weight.t()`` a linear layer saves) for a handle (unit, size, stride, offset); *unpack*
+  re-gathers the unit and returns the same view of the new buffer. So backward gathers exactly
+  what autograd reads, when it reads it, whatever op made the view, and no saved view pins a full
+  weight between forward and backward (with module backward hooks it would; DeepSpeed swaps in
+  its own linear layer for that). A unit is released once all its handles are unpacked.
+- Gradients as in ZeRO-2 (this class extends it): a unit's gradients, once complete, are
+  reduce-scattered into this rank's gradient shard (accumulating over micro-steps) and freed.
+  AccumulateGrad checks a gradient against the parameter's shape, so a released parameter gets a
+  one-element placeholder of its full shape while it accumulates.
+
+Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ.
+Knobs (DeepSpeed's names): ``prefetch_bucket_size`` — the first micro-step records the order units
+are used in (forward and backward); later, each use starts async all-gathers of the next units in
+that order, up to this many elements (a changed order drops the trace; it is recorded again).
+``param_persistence_threshold`` — units of at most this many elements stay gathered (one
+all-gather after each step); they are still partitioned for the optimizer.
+``max_live_parameters`` — gathered elements (persistent units aside) stay under this: a gather
+first releases the oldest units not in use, prefetching stops at it; a larger single unit still
+gathers. Different control flow on different ranks would mismatch collectives and hang: before
+each collective on a unit the ranks all-gather a 16-byte header (unit, op) and all raise the
+same error naming every rank's module if they differ.
+
+Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per
+parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
+(``reduce_bucket_size`` is unused); no ``max_reuse_distance``; ``max_live_parameters`` also evicts
+on demand (DeepSpeed only caps prefetch with it); no offload; no ``register_external_parameter``
+(a module may only use parameters it holds); DeepSpeed has no header check.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+
+from zero_ref import comm
+from zero_ref.optim import AdamConfig
+from zero_ref.stages.zero2 import ZeroStage2
+from zero_ref.zero_init import GatheredParameters, Unit
+
+FORWARD, PREFETCH, BACKWARD, REDUCE = range(4)  # what a collective on a unit is for (the header's op)
+_VERBS = {FORWARD: ("gathers", "gather", " for forward"), PREFETCH: ("prefetches", "prefetch", ""),
+          BACKWARD: ("gathers", "gather", " for backward"),
+          REDUCE: ("reduce-scatters", "reduce-scatter", "'s gradient")}
+
+
+class _Saved(NamedTuple):
+    """What pack keeps instead of a tensor that lives in a gathered unit."""
+
+    unit: Unit
+    size: torch.Size
+    stride: tuple
+    offset: int
+
+
+class ZeroStage3(ZeroStage2):
+    stage = 3
+
+    def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32", group=None,
+                 reduce_bucket_size: int = int(5e8), overlap_comm: bool = True, gradient_accumulation_steps: int = 1,
+                 gradient_clipping: float = 0.0, loss_scaler=None, prefetch_bucket_size: int = int(5e7),
+                 param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9)):
+        self.prefetch_bucket_size, self.max_live = prefetch_bucket_size, max_live_parameters
+        self.persistence_threshold = param_persistence_threshold
+        self.peak_live_numel = 0  # most gathered elements at once (persistent units aside)
+        self._trace, self._recording, self._pos, self._clock = [], True, 0, 0
+        self._by_ptr: dict[int, Unit] = {}  # data_ptr of each gathered buffer -> its unit (for pack)
+        self._entered: list[nn.Module] = []
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
+                         overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
+                         gradient_clipping=gradient_clipping, loss_scaler=loss_scaler)
+
+    # ---------------------------------------------------------------- set-up
+    def _build(self, module: nn.Module, bucket_size: int) -> list[Unit]:
+        self.units, self._module_units, owner = [], {}, {}
+        for name, mod in module.named_modules():
+            own = [p for p in mod.parameters(recurse=False) if id(p) not in owner]  # tied: first holder owns
+            for trainable in (True, False):
+                ps = [p for p in own if p.requires_grad == trainable]
+                if ps:
+                    label = (name or type(module).__name__) + ("" if len(ps) == len(own) else
+                                                               "[trainable]" if trainable else "[frozen]")
+                    unit = self._adopt(ps, label)
+                    unit.index, unit.persistent = len(self.units), unit.numel <= self.persistence_threshold
+                    self.units.append(unit)
+                    owner.update((id(p), unit) for p in ps)
+            if units := list(dict.fromkeys(owner[id(p)] for p in mod.parameters(recurse=False))):
+                self._module_units[mod] = units
+        buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
+        if not buckets:
+            raise ValueError("the module has no parameters with requires_grad=True")
+        masters = {}
+        if self.precision != "fp32":
+            for u in self.units:
+                if u.params[0].requires_grad:
+                    masters[u.index] = u.part.clone()  # fp32 master from the values before the cast
+                u.part = u.part.to(self.dtype)
+            module.to(self.dtype)  # buffers; the parameters are empty here
+        for b in buckets:
+            self._init_bucket(b, masters)  # ZeRO-2's: gradient shard, master shard, Adam moments
+            for i, p in enumerate(b.params):
+                p.register_hook(self._placeholder(p))
+                p.register_post_accumulate_grad_hook(self._make_hook(b, i))
+        for mod in self._module_units:
+            mod.register_forward_pre_hook(self._pre_forward)
+            mod.register_forward_hook(self._post_forward, always_call=True)
+            mod.register_state_dict_pre_hook(self._check_gathered)
+        for u in self.units:
+            if u.persistent:
+                u.gather()
+        return buckets
+
+    def _adopt(self, params: list[nn.Parameter], name: str) -> Unit:
+        """A unit for ``params``: the one ``zero_init.Init`` made if it holds exactly them, else a new one."""
+        olds = list(dict.fromkeys(getattr(p, "_z3_unit", None) for p in params))
+        old = olds[0]
+        if len(olds) == 1 and old is not None and old.group is self.group and \
+                [id(p) for p in old.params] == [id(p) for p in params]:
+            old.name = name
+            return old
+        for old in olds:
+            if old is not None:
+                old.gather()  # full values back into param.data, then partition them our way
+        return Unit(name, params, self.group)
+
+    def _master_shard(self, b: Unit, masters: dict, full: bool) -> torch.Tensor:
+        return masters.get(b.index, b.part)  # fp32: the partition is its own master
+
+    # ---------------------------------------------------------------- gather / release
+    def _live_numel(self) -> int:
+        return sum(u.size for u in self.units if u.full is not None and not u.persistent)
+
+    def _fetch(self, u: Unit, op: int) -> None:
+        if u.full is None:
+            if op != PREFETCH:
+                while self._live_numel() + u.size > self.max_live:  # release the oldest units not in use
+                    idle = [v for v in self.units if v.full is not None and not v.persistent and v.hold == 0]
+                    if not idle:
+                        break
+                    self._release(min(idle, key=lambda v: v.age))
+            self._agree(u, op)
+            u.gather(async_op=op == PREFETCH)
+            self._clock += 1
+            u.age = self._clock
+            self._by_ptr[u.full.untyped_storage().data_ptr()] = u
+            self.peak_live_numel = max(self.peak_live_numel, self._live_numel())
+        elif u.work is not None and op != PREFETCH:
+            u.wait()
+
+    def _release(self, u: Unit) -> None:
+        if u.full is not None and not u.persistent:
+            self._by_ptr.pop(u.full.untyped_storage().data_ptr(), None)
+            u.release()
+
+    def _agree(self, u: Unit, op: int) -> None:
+        """All ranks check that they are about to run the same collective on the same unit."""
+        if self.world_size == 1:
+            return
+        mine = torch.tensor([u.index, op], device=u.part.device)
+        rows = mine.new_empty(2 * self.world_size)
+        comm.all_gather(rows, mine, group=self.group)
+        ranks: dict[tuple, list[int]] = {}  # (unit, op) -> the ranks about to run it
+        for r, row in enumerate(rows.view(-1, 2).tolist()):
+            ranks.setdefault(tuple(row), []).append(r)
+        if len({(i, o == REDUCE) for i, o in ranks}) > 1:
+            said = [(f"rank {rs[0]} {_VERBS[o][0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs))} {_VERBS[o][1]}")
+                    + f" '{self.units[i].name}'{_VERBS[o][2]}" for (i, o), rs in ranks.items()]
+            raise RuntimeError(f"ZeRO-3: the ranks took different paths through the model: {' while '.join(said)}. "
+                               "Every rank must call the same modules in the same order (a block skipped on one "
+                               "rank, an expert unused on one rank, generation stopping at different lengths all "
+                               "break this); otherwise their collectives would not match and training would hang.")
+
+    # ---------------------------------------------------------------- trace and prefetch
+    def _event(self, u: Unit) -> None:
+        """A use of ``u``: record it (first micro-step) or follow the trace and prefetch what comes next."""
+        if self._recording:
+            self._trace.append(u)
+        elif self._trace is not None:
+            if self._pos < len(self._trace) and self._trace[self._pos] is u:
+                self._pos += 1
+                budget = self.prefetch_bucket_size
+                for v in self._trace[self._pos:]:
+                    if budget <= 0 or (v.full is None and self._live_numel() + v.size > self.max_live):
+                        break
+                    if v.full is None:
+                        self._fetch(v, PREFETCH)
+                        budget -= v.size
+            else:
+                self._trace = None  # the order changed: stop prefetching, record again next step
+
+    # ---------------------------------------------------------------- forward
+    def _pre_forward(self, mod: nn.Module, args) -> None:
+        for u in self._module_units[mod]:
+            self._fetch(u, FORWARD)
+            u.hold += 1
+            self._event(u)
+        self._saved_hooks.__enter__()
+        self._entered.append(mod)
+
+    def _post_forward(self, mod: nn.Module, args, output) -> None:
+        if self._entered and self._entered[-1] is mod:  # (not when the pre-hook raised)
+            self._entered.pop()
+            self._saved_hooks.__exit__(None, None, None)
+            for u in self._module_units[mod]:
+                u.hold -= 1
+                if u.hold == 0:
+                    self._release(u)
+
+    # ---------------------------------------------------------------- backward
+    def _pack(self, t: torch.Tensor):
+        ptr = t.untyped_storage().data_ptr()
+        u = self._by_ptr.get(ptr)
+        if u is None or u.full is None or u.full.untyped_storage().data_ptr() != ptr:
+            return t  # an activation, or a persistent parameter (always there)
+        u.pending += 1
+        return _Saved(u, t.size(), t.stride(), t.storage_offset())
+
+    def _unpack(self, saved):
+        if not isinstance(saved, _Saved):
+            return saved
+        u = saved.unit
+        self._fetch(u, BACKWARD)
+        if not u.in_backward:
+            u.in_backward = True
+            self._event(u)
+        t = u.full.as_strided(saved.size, saved.stride, saved.offset)
+        u.pending -= 1
+        if u.pending <= 0 and u.hold == 0:
+            u.in_backward = False
+            self._release(u)  # autograd holds `t` (and so the memory) until this node is done
+        return t
+
+    def _placeholder(self, p: nn.Parameter):
+        def hook(grad: torch.Tensor) -> None:
+            if p.data.shape != grad.shape:  # released; AccumulateGrad needs the shape, never the values
+                p.data = grad.new_empty(1).expand(grad.shape)
+        return hook
+
+    def _on_grad_ready(self, b: Unit, i: int, param: torch.Tensor) -> None:
+        super()._on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
+        if b.full is None or b.work is not None:
+            param.data = b.part.new_empty(0)  # drop the placeholder
+
+    def _reduce_bucket(self, b: Unit) -> None:
+        self._agree(b, REDUCE)
+        super()._reduce_bucket(b)
+
+    def _async(self, work, callback=None) -> None:
+        super()._async(work, callback)
+        while len(self._pending) > 2:  # at most two reductions in flight: full gradients are freed early
+            work, callback = self._pending.pop(0)
+            if work is not None:
+                work.wait()
+            if callback is not None:
+                callback()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        try:
+            super().backward(loss)
+        finally:
+            for u in self.units:  # gathered but never unpacked (unused branch, unused prefetch)
+                u.pending, u.in_backward = 0, False
+                if u.hold == 0:
+                    self._release(u)
+            if self._trace is None:
+                self._trace, self._recording = [], True
+            else:
+                self._recording = False
+            self._pos = 0
+
+    # ---------------------------------------------------------------- step and state
+    def _publish_params(self) -> None:
+        for b in self.buckets:
+            if b.master is not b.part:
+                b.part.copy_(b.master)  # mixed precision: cast the fp32 master down
+            if b.persistent:
+                self._async(comm.all_gather(b.full, b.part, group=self.group, async_op=self.overlap_comm))
+        self._wait_all()
+
+    def _check_gathered(self, mod: nn.Module, prefix: str, keep_vars: bool) -> None:
+        for u in self._module_units[mod]:
+            if u.full is None or u.work is not None:
+                raise RuntimeError(
+                    f"state_dict() at '{prefix or u.name}': ZeRO-3 has partitioned '{u.name}' (this rank holds "
+                    f"1/{self.world_size} of it; param.data is empty), so module.state_dict() would silently "
+                    "return empty tensors. Call ZeroStage3.state_dict() on every rank (it gathers full tensors), "
+                    "or wrap the call in `with GatheredParameters(model.parameters()):`.")
+
+    def state_dict(self) -> dict:
+        """The module's state dict with full tensors. A collective: call it on every rank."""
+        with GatheredParameters(self.module.parameters()):
+            return {k: v.detach().clone() for k, v in self.module.state_dict().items()}

@@ -1,0 +1,218 @@
+"""Partitioned parameters (DeepSpeed's ``partition_parameters.py``): ``Unit``, ``Init``, ``GatheredParameters``.
+
+A ``Unit`` is a group of parameters partitioned together: rank r keeps shard r of their flat padded
+buffer (``unit.part``) and ``param.data`` is empty until ``unit.gather()`` (an all-gather; the
+parameters become views into the full buffer) and again after ``unit.release()``. ZeroStage3
+(zero_ref/stages/zero3.py) decides when; this module builds units and gathers them on request:
+
+    with zero_init.Init():
+        model = GPT(cfg)        # each module is partitioned as soon as its own __init__ returns
+    opt = ZeroStage3(model)     # adopts those partitions as its units (no gather)
+    with zero_init.GatheredParameters(model.ln_f.parameters(), modifier_rank=0):
+        if rank == 0:
+            model.ln_f.weight.fill_(1.0)   # broadcast from rank 0 and re-partitioned on exit
+
+Inside the block, as in DeepSpeed's ``partition_parameters.py``, the ``__init__`` of every
+``nn.Module`` subclass (and of subclasses defined inside the block) is wrapped: when the outermost
+``__init__`` of an object returns, that module's own parameters (``recurse=False``) become one
+``Unit``: this rank keeps its shard and ``param.data`` becomes empty. And
+``module.apply(fn)`` gathers each module's own parameters around ``fn(module)``, then keeps this
+rank's shard of the result. A rank's peak is therefore its shards of everything built so far plus
+the full parameters of the one module being built (the largest unit).
+
+"Same initial values": every initializer still runs on the full tensor, in the same order and
+drawing the same random numbers as a normal build (a module's ``reset_parameters`` inside its
+``__init__`` before it is partitioned, ``apply`` with the parameters gathered). So with the same
+torch seed on every rank (which DeepSpeed assumes too), the shards hold bit for bit the values of
+the model built without ``Init``, and training them gives the same result. An initializer run
+elsewhere (``model.reset_parameters()`` after the block) sees empty tensors: wrap it in
+``GatheredParameters(..., modifier_rank=0)``.
+
+Simplified vs DeepSpeed: no tensor-creation overrides (device/dtype), no meta/``skip_init``
+handling, no remote (CPU/NVMe) device; ``apply`` keeps each rank's own result instead of
+broadcasting rank 0's (identical under the same seed; no communication).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from zero_ref import comm
+from zero_ref.flat import FlatLayout
+
+__all__ = ["Unit", "Init", "GatheredParameters"]
+
+
+class Unit:
+    """Parameters partitioned together: rank r keeps shard r (``part``) of their flat padded buffer."""
+
+    def __init__(self, name: str, params: list[nn.Parameter], group=None):
+        self.name, self.params, self.group = name, params, group
+        self.rank = dist.get_rank(group)
+        self.layout = FlatLayout([p.shape for p in params], dist.get_world_size(group))
+        self.part = torch.zeros(self.layout.shard_numel, dtype=params[0].dtype, device=params[0].device)
+        for pc in self.layout.pieces(self.rank):  # copy just our slices: no full flat copy is made
+            self.part[pc.shard_start:pc.shard_start + pc.numel] = \
+                params[pc.index].detach().reshape(-1)[pc.param_start:pc.param_end]
+        self.full = self.work = None  # the gathered buffer (None when released); an all-gather in flight
+        # ZeroStage3's bookkeeping: position, stays gathered?, forward users, saved handles, age; base's.
+        self.index, self.persistent, self.hold, self.pending, self.in_backward, self.age = -1, False, 0, 0, False, 0
+        self.ready, self.launched = set(), False
+        for p in params:
+            p._z3_unit = self
+        self.release()
+
+    numel = property(lambda self: self.layout.numel)       # real elements
+    size = property(lambda self: self.layout.padded_numel)  # elements once gathered
+
+    @property
+    def flat_param(self) -> torch.Tensor:
+        """What stages 0–2 call the flat parameter (they size gradient buffers from it): the full buffer
+        when gathered, else a one-element stand-in with its shape, dtype and device."""
+        return self.full if self.full is not None else self.part.new_empty(1).expand(self.size)
+
+    def shard(self, flat: torch.Tensor) -> torch.Tensor:
+        return self.layout.shard(flat, self.rank)
+
+    def gather(self, async_op: bool = False) -> None:
+        self.full = self.part.new_empty(self.size)
+        self.work = comm.all_gather(self.full, self.part, group=self.group, async_op=async_op)
+        if not async_op:
+            self.wait()
+
+    def wait(self) -> None:
+        """Finish an all-gather in flight; the parameters become views into the full buffer."""
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        for p, view in zip(self.params, self.layout.unflatten(self.full)):
+            p.data = view
+
+    def release(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        self.full = None
+        for p in self.params:
+            p.data = self.part.new_empty(0)
+
+    def repartition(self) -> None:
+        """Keep this rank's shard of the (edited) full buffer, in the fp32 master shard too."""
+        self.part.copy_(self.shard(self.full))
+        master = getattr(self, "master", self.part)  # a stage's fp32 master under mixed precision
+        if master is not self.part:
+            master.copy_(self.shard(self.full))
+
+
+class GatheredParameters:
+    """Full parameters inside the block (DeepSpeed's ``zero.GatheredParameters``); every rank must enter it.
+
+    With ``modifier_rank=r``, rank r's in-place edits (``p.fill_``, ``p.copy_`` under ``torch.no_grad()``)
+    are broadcast on exit and re-partitioned on every rank, fp32 master shards included. With None,
+    edits are discarded. Units already gathered (persistent ones) stay gathered."""
+
+    def __init__(self, params, modifier_rank: int | None = None):
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        self.units = list(dict.fromkeys(p._z3_unit for p in params if hasattr(p, "_z3_unit")))
+        self.modifier_rank = modifier_rank
+
+    def __enter__(self):
+        self.gathered = [u for u in self.units if u.full is None]
+        for u in self.units:
+            u.gather() if u.full is None else u.wait()
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if self.modifier_rank is not None and exc_type is None:
+            for u in self.units:
+                src = self.modifier_rank if u.group is None else dist.get_global_rank(u.group, self.modifier_rank)
+                comm.broadcast(u.full, src=src, group=u.group)
+                u.repartition()
+        for u in self.gathered:
+            u.release()
+
+
+def _subclasses(cls: type) -> set[type]:
+    out = set()
+    for sub in cls.__subclasses__():
+        out |= {sub} | _subclasses(sub)
+    return out
+
+
+class Init:
+    """Partition every module's parameters over ``group`` as soon as the module is constructed."""
+
+    def __init__(self, group=None):
+        self.group = group
+
+    def __enter__(self):
+        self._building: set[int] = set()  # objects whose outermost __init__ is running
+        self._patched: list[tuple[type, object]] = []
+        for cls in _subclasses(nn.Module):
+            self._wrap(cls)
+        self._old_init_subclass = nn.Module.__dict__.get("__init_subclass__")
+        wrap = self._wrap
+
+        def init_subclass(cls, **kwargs):  # classes defined inside the block
+            super(nn.Module, cls).__init_subclass__(**kwargs)
+            wrap(cls)
+
+        nn.Module.__init_subclass__ = classmethod(init_subclass)
+        self._old_apply = nn.Module.apply
+        nn.Module.apply = _apply_gathered
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for cls, init in reversed(self._patched):
+            cls.__init__ = init
+        if self._old_init_subclass is None:
+            del nn.Module.__init_subclass__
+        else:
+            nn.Module.__init_subclass__ = self._old_init_subclass
+        nn.Module.apply = self._old_apply
+
+    def _wrap(self, cls: type) -> None:
+        init = cls.__dict__.get("__init__")
+        if not inspect.isfunction(init):
+            return
+
+        @functools.wraps(init)
+        def wrapper(module, *args, **kwargs):
+            # super().__init__() chains run several wrapped __init__s on one object: only the
+            # outermost partitions, once the subclass has finished (it may still edit the weights).
+            outermost = id(module) not in self._building
+            self._building.add(id(module))
+            try:
+                init(module, *args, **kwargs)
+            finally:
+                if outermost:
+                    self._building.discard(id(module))
+            if outermost:
+                self._partition(module)
+
+        cls.__init__ = wrapper
+        self._patched.append((cls, init))
+
+    def _partition(self, module: nn.Module) -> None:
+        params = [p for p in module.parameters(recurse=False) if not hasattr(p, "_z3_unit")]  # tied: once
+        if params:
+            Unit(type(module).__name__, params, self.group)  # kept alive by the parameters (p._z3_unit)
+
+
+def _apply_gathered(module: nn.Module, fn):
+    """``nn.Module.apply`` with each module's own parameters gathered around ``fn(module)``."""
+    for child in module.children():
+        child.apply(fn)
+    units = [u for u in dict.fromkeys(getattr(p, "_z3_unit", None) for p in module.parameters(recurse=False))
+             if u is not None and u.full is None]
+    for u in units:
+        u.gather()
+    fn(module)
+    for u in units:
+        u.repartition()  # every rank ran the same fn on the same values: keep our shard of it
+        u.release()
+    return module
