@@ -43,3 +43,11 @@ def test_estimator_relates_to_the_paper():
     psi, n = 10**9, 8
     _, gpu = M.estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=n, cpu_offload=False)
     assert gpu == M.model_state_bytes(psi, zero_stage=2, dp=n).total + 4 * psi / n
+
+
+def test_estimator_rounding_case_found_by_hypothesis():
+    # (17, 0, 0) vs (18, 0, 0) once: the products must be evaluated in DeepSpeed's order.
+    for p in range(1, 200):
+        for n in (3, 7, 11, 13):
+            args = dict(total_params=p, largest_layer_params=0, num_nodes=n, additional_buffer_factor=1.25)
+            assert M.estimate_zero3_model_states_mem_needs(**args) == stage3.estimate_zero3_model_states_mem_needs(**args)

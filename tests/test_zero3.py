@@ -21,7 +21,7 @@ from zero_ref.models import GPT, GPTConfig
 from zero_ref.precision import DynamicLossScaler
 from zero_ref.stages import ZeroStage2, ZeroStage3
 from zero_ref.zero_init import GatheredParameters, Init
-from zero_cases import ADAM, build_model, micro_batch, reference_params
+from zero_cases import ADAM, CFG, build_model, micro_batch, reference_params
 
 STEPS = zs.STEPS
 one_thread = zs.one_thread  # the reference runs one intra-op thread, like the ranks
@@ -278,7 +278,7 @@ def test_zero_init_gathered_parameters_and_state_dict():
         assert res["adopt_bytes"] == 0 and res["init_vs_normal"] == 0
         assert "ZeroStage3.state_dict()" in res["module_state_dict"] and "GatheredParameters" in res["module_state_dict"]
         assert res["state_vs_gathered"] == 0 and res["shapes"] and res["empty_after"]
-        assert res["edited"] == [2.5] * 24 and all(v == 2.5 for piece in res["master"] for v in piece)
+        assert res["edited"] == [2.5] * CFG.d_model and all(v == 2.5 for piece in res["master"] for v in piece)
         assert res["bf16"] == res["fp16"] == 0
 
 

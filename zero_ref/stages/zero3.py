@@ -257,30 +257,29 @@ class ZeroStage3(ZeroStage2):
         self._agree(b, REDUCE)
         super()._reduce_bucket(b)
 
-    def _async(self, work, callback=None) -> None:
-        super()._async(work, callback)
-        while len(self._pending) > 2:  # at most two reductions in flight: full gradients are freed early
-            work, callback = self._pending.pop(0)
-            if work is not None:
-                work.wait()
-            if callback is not None:
-                callback()
-
-    def backward(self, loss: torch.Tensor) -> None:
-        try:
-            super().backward(loss)
-        finally:
-            for u in self.units:  # gathered but never unpacked (unused branch, unused prefetch)
-                u.pending, u.in_backward = 0, False
-                if u.hold == 0:
-                    self._release(u)
-            if self._trace is None:
-                self._trace, self._recording = [], True
-            else:
-                self._recording = False
-            self._pos = 0
+    def _after_backward(self) -> None:
+        for u in self.units:  # gathered but never unpacked (unused branch, unused prefetch)
+            u.pending, u.in_backward = 0, False
+            if u.hold == 0:
+                self._release(u)
+        if self._trace is None:
+            self._trace, self._recording = [], True
+        else:
+            self._recording = False
+        self._pos = 0
 
     # ---------------------------------------------------------------- step and state
+    def state_tensors(self) -> dict[str, list[torch.Tensor]]:
+        """What this rank holds at rest: parameter partitions (and persistent full copies),
+        gradient partitions, optimizer states (+ fp32 masters under mixed precision)."""
+        out = {"params": [], "grads": [], "optimizer": []}
+        for u in self.units:
+            out["params"] += [u.part] + ([u.full] if u.full is not None else [])
+        for b in self.buckets:
+            out["grads"].append(b.grad_shard)
+            out["optimizer"] += [b.exp_avg, b.exp_avg_sq] + ([b.master] if b.master is not b.part else [])
+        return out
+
     def _publish_params(self) -> None:
         for b in self.buckets:
             if b.master is not b.part:
