@@ -48,22 +48,11 @@ class PeakRSS:
         return self.peak - self.baseline
 
 
-def bench(rank, world, name, steps, warmup, big=False):
-    import time
-
+def make_stepper(name, model, world):
+    """(step(idx, targets), state_bytes()) for one framework wrapped around ``model``."""
     import torch
-    import torch.distributed as dist
 
     from zero_ref.measure import unique_storage_bytes
-    from zero_ref.models import GPT, GPTConfig, make_batch
-
-    cfg = GPTConfig(**(BIG if big else CFG))
-    batches = [make_batch(cfg, MICRO, seed=100 * rank + s) for s in range(steps + warmup)]
-    dist.barrier()
-    rss = PeakRSS()  # from before the model exists: construction, optimizer state and steps all count
-    torch.manual_seed(0)
-    model = GPT(cfg)
-
     if name.startswith("zero_ref"):
         from zero_ref.optim import AdamConfig
         from zero_ref.stages import STAGES
@@ -146,14 +135,57 @@ def bench(rank, world, name, steps, warmup, big=False):
                     tensors += [t for t in s.values() if torch.is_tensor(t)]
             return unique_storage_bytes(tensors)
 
+    return step, state
+
+
+def bench(rank, world, name, steps, warmup, big=False):
+    """One framework per launch: step time and peak RSS above the pre-model baseline."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from zero_ref.models import GPT, GPTConfig, make_batch
+
+    cfg = GPTConfig(**(BIG if big else CFG))
+    batches = [make_batch(cfg, MICRO, seed=100 * rank + s) for s in range(steps + warmup)]
+    dist.barrier()
+    rss = PeakRSS()  # from before the model exists: construction, optimizer state and steps all count
+    torch.manual_seed(0)
+    step, state = make_stepper(name, GPT(cfg), world)
     times = []
-    for i, (idx, tgt) in enumerate(batches):
+    for idx, tgt in batches:
         dist.barrier()
         t0 = time.perf_counter()
         step(idx, tgt)
         times.append(time.perf_counter() - t0)
     peak = rss.stop()
     return statistics.median(times[warmup:]) * 1e3, state(), peak
+
+
+def bench_interleaved(rank, world, names, steps, warmup):
+    """All frameworks in the same processes, their steps interleaved, so machine noise hits all alike."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from zero_ref.models import GPT, GPTConfig, make_batch
+
+    cfg = GPTConfig(**CFG)
+    batches = [make_batch(cfg, MICRO, seed=100 * rank + s) for s in range(steps + warmup)]
+    steppers = {}
+    for name in names:
+        torch.manual_seed(0)
+        steppers[name] = make_stepper(name, GPT(cfg), world)
+    times = {name: [] for name in names}
+    for i, (idx, tgt) in enumerate(batches):
+        for name in (names if i % 2 else names[::-1]):  # alternate the order too
+            dist.barrier()
+            t0 = time.perf_counter()
+            steppers[name][0](idx, tgt)
+            times[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(times[name][warmup:]) * 1e3, steppers[name][1](), 0) for name in names}
 
 
 def main(argv=None):
@@ -170,24 +202,31 @@ def main(argv=None):
     names = ["zero_ref0", "zero_ref1", "zero_ref2"] + args.peers
     for world in args.ranks:
         rows = {}
-        for name in names:
-            try:
-                res = zero_ref.launch(bench, world, name, args.steps, args.warmup, args.memory, timeout=900,
-                                      echo=False)
-                rows[name] = (statistics.median(r[0] for r in res), max(r[1] for r in res), max(r[2] for r in res))
-            except zero_ref.LaunchError as e:
-                rows[name] = None
-                print(f"{name}: failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        if args.memory:  # one framework per launch: each process's peak RSS is its own
+            for name in names:
+                try:
+                    res = zero_ref.launch(bench, world, name, args.steps, args.warmup, True, timeout=900, echo=False)
+                    rows[name] = tuple(max(r[k] for r in res) if k else statistics.median(r[0] for r in res)
+                                       for k in range(3))
+                except zero_ref.LaunchError as e:
+                    rows[name] = None
+                    print(f"{name}: failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        else:
+            res = zero_ref.launch(bench_interleaved, world, names, args.steps, args.warmup, timeout=1800, echo=False)
+            for name in names:
+                rows[name] = (statistics.median(r[name][0] for r in res), max(r[name][1] for r in res), 0)
         base = rows.get("ddp")
         print(f"\n{world} ranks (median ms/step over ranks and {args.steps} steps; state = model-state tensor MiB "
-              f"per rank; peak = peak RSS above the pre-model baseline, MiB, max over ranks)")
-        print(f"{'framework':<18}{'ms/step':>9}{'vs DDP':>8}{'state MiB':>11}{'peak MiB':>10}")
+              f"per rank" + ("; peak = peak RSS above the pre-model baseline, MiB, max over ranks)" if args.memory
+                              else "; frameworks interleaved step by step in the same processes)"))
+        print(f"{'framework':<18}{'ms/step':>9}{'vs DDP':>8}{'state MiB':>11}" + (f"{'peak MiB':>10}" if args.memory else ""))
         for name, row in rows.items():
             if row is None:
                 print(f"{name:<18}{'failed':>9}")
                 continue
             ratio = f"{row[0] / base[0]:.2f}" if base else "-"
-            print(f"{name:<18}{row[0]:>9.1f}{ratio:>8}{row[1] / 2**20:>11.2f}{row[2] / 2**20:>10.0f}")
+            peak = f"{row[2] / 2**20:>10.0f}" if args.memory else ""
+            print(f"{name:<18}{row[0]:>9.1f}{ratio:>8}{row[1] / 2**20:>11.2f}{peak}")
 
 
 if __name__ == "__main__":
