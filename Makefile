@@ -35,3 +35,17 @@ release: setup  ## the student release of every chapter, into release/
 
 grade: setup  ## grade student notebooks: make grade STUDENTS="submissions/*/ch02_*.ipynb"
 	$(PY) -m course.assign grade $(STUDENTS)
+
+# The fused Adam CUDA extension (zero_ref/kernels/csrc), compiled with nvcc against PyTorch 2.14.1's
+# CUDA 13 build in a separate venv (.venv-cuda, ~5.5 GB; the course venv keeps its CPU torch).
+# Compiling needs the CUDA toolkit, not a GPU. CUDA_HOME: the toolkit root whose lib64/ holds
+# libcudart.so. TORCH_CUDA_ARCH_LIST: 9.0 = Hopper (H100/H200).
+CUDA_VENV ?= .venv-cuda
+CUDA_HOME ?= /usr/local/cuda
+TORCH_CUDA_ARCH_LIST ?= 9.0
+.PHONY: cuda-ext
+cuda-ext:  ## compile the fused Adam CUDA extension (then tests/test_kernels.py checks the build)
+	@[ -x $(CUDA_VENV)/bin/python ] || { $(or $(PYTHON),$(shell command -v python3.11 || command -v python3)) -m venv $(CUDA_VENV) \
+	  && $(CUDA_VENV)/bin/python -m pip --disable-pip-version-check -q install torch==2.14.1 ninja; }
+	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH CUDA_HOME=$(CUDA_HOME) TORCH_CUDA_ARCH_LIST="$(TORCH_CUDA_ARCH_LIST)" \
+	  PYTHONPATH=. $(CUDA_VENV)/bin/python -m zero_ref.kernels.cuda_ext --build

@@ -60,7 +60,7 @@ class AdamConstants(NamedTuple):
                    neg_step_size=-(cfg.lr / (1 - b1**step)))
 
 
-def _as_list(name: str, x) -> list[torch.Tensor] | None:
+def _as_list(name: str, x) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in x):
@@ -87,11 +87,11 @@ class AdamTensors:
             named["params16"] = params16
         lists = {}
         for name, x in named.items():
+            lists[name] = _as_list(name, x)
             if isinstance(x, torch.Tensor) != single:
                 this = "a tensor" if isinstance(x, torch.Tensor) else f"a {type(x).__name__}"
                 raise TypeError(f"params is {'a tensor' if single else 'a list'} but {name} is {this}: "
                                 "pass all tensors or all lists")
-            lists[name] = _as_list(name, x)
         n = len(lists["params"])
         if n == 0:
             raise ValueError("params is an empty list: nothing to step")
