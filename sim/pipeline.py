@@ -7,7 +7,12 @@ stage idles (p − 1)(t_f + t_b) of that, so
     bubble fraction (idle share of the step)    = (p − 1) / (m + p − 1)
     bubble overhead (idle relative to the work) = (p − 1) / m      (Megatron-LM's "bubble time fraction")
 
-Interleaving v model chunks per stage divides the idle time by v: (p − 1) / (v·m + p − 1).
+Interleaving v model chunks per stage divides the idle time by v: (p − 1) / (v·m + p − 1), where
+each chunk's forward/backward takes t_f/v, t_b/v.
+
+The orders are written as explicit phases with counts computed up front (``warmup_count``,
+``stage_order``: warm-up, steady 1F1B, cool-down); ``schedule_order`` merges the stages' orders
+into one topological order, which the simulator's task graph (sim.graph) is built in.
 """
 from __future__ import annotations
 
@@ -34,61 +39,133 @@ def bubble_overhead(stages: int, microbatches: int, virtual: int = 1) -> float:
 
 @dataclass(frozen=True)
 class Slot:
-    """One unit of work on one stage: ``kind`` 'F' or 'B' of ``microbatch`` from ``start`` to ``end``."""
+    """One unit of work on one stage: ``kind`` 'F' or 'B' of ``microbatch`` (model ``chunk``) from ``start`` to ``end``."""
 
     stage: int
     kind: str
     microbatch: int
     start: float
     end: float
+    chunk: int = 0
 
 
-def _order(schedule: str, p: int, m: int, stage: int) -> list[tuple[str, int]]:
-    """The order in which one stage runs its forwards and backwards."""
-    if schedule == "gpipe":  # all forwards, then all backwards
-        return [("F", i) for i in range(m)] + [("B", i) for i in reversed(range(m))]
-    # 1F1B: warm-up forwards, then alternate one forward / one backward, then cool-down backwards.
-    warmup = min(p - stage - 1, m)
-    order = [("F", i) for i in range(warmup)]
-    for i in range(m - warmup):
-        order += [("F", warmup + i), ("B", i)]
-    order += [("B", i) for i in range(m - warmup, m)]
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+def _check_schedule(schedule: str, p: int, m: int, v: int) -> None:
+    _check(p, m, v)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {schedule!r}")
+    if v > 1 and schedule != "interleaved":
+        raise ValueError(f"virtual={v} needs schedule='interleaved', got {schedule!r}")
+    if schedule == "interleaved" and m % p:
+        raise ValueError(f"the interleaved schedule needs microbatches ({m}) to be a multiple of stages ({p})")
+
+
+def warmup_count(schedule: str, stages: int, microbatches: int, stage: int, virtual: int = 1) -> int:
+    """Forwards a stage runs before its first backward (Megatron's counts).
+
+    GPipe: all m. 1F1B: p − s − 1. Interleaved: 2(p − s − 1) + (v − 1)·p model-chunk forwards.
+    Capped at the number of forwards the stage runs (v·m).
+    """
+    p, m, v, s = stages, microbatches, virtual, stage
+    if schedule == "gpipe":
+        return m
+    if schedule == "1f1b":
+        return min(p - s - 1, m)
+    return min(2 * (p - s - 1) + (v - 1) * p, v * m)
+
+
+def stage_order(schedule: str, stages: int, microbatches: int, stage: int,
+                virtual: int = 1) -> list[tuple[str, int, int]]:
+    """The (kind, microbatch, chunk) ops one stage runs, in order: warm-up, steady 1F1B, cool-down.
+
+    GPipe runs every forward, then every backward (last micro-batch first). 1F1B runs p − s − 1
+    warm-up forwards, then alternates one forward and one backward, then drains the backwards.
+    Interleaved 1F1B (Megatron) does the same over v·m chunk-forwards: the k-th forward is
+    micro-batch (k // pv)·p + k % p of chunk (k % pv) // p; backwards visit chunks in reverse.
+    """
+    p, m, v = stages, microbatches, virtual
+    _check_schedule(schedule, p, m, v)
+    if not 0 <= stage < p:
+        raise ValueError(f"stage must be in [0, {p}), got {stage}")
+    if schedule == "gpipe":
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in reversed(range(m))]
+
+    def forward(k: int) -> tuple[str, int, int]:
+        return "F", (k // (p * v)) * p + k % p, (k % (p * v)) // p
+
+    def backward(k: int) -> tuple[str, int, int]:
+        return "B", (k // (p * v)) * p + k % p, v - 1 - (k % (p * v)) // p
+
+    total, warmup = v * m, warmup_count(schedule, p, m, stage, v)
+    order = [forward(k) for k in range(warmup)]                      # warm-up
+    for k in range(total - warmup):                                  # steady state: 1F1B
+        order += [forward(warmup + k), backward(k)]
+    order += [backward(k) for k in range(total - warmup, total)]     # cool-down
     return order
 
 
+def dependency(kind: str, stage: int, microbatch: int, chunk: int, stages: int, virtual: int):
+    """The op that must finish before this one, as (kind, stage, microbatch, chunk), or None.
+
+    Virtual stage c·p + s holds chunk c of stage s. F needs the previous virtual stage's F; B needs
+    the next virtual stage's B; the last virtual stage's B needs its own F.
+    """
+    p, last = stages, stages * virtual - 1
+    vs = chunk * p + stage
+    if kind == "F":
+        return None if vs == 0 else ("F", (vs - 1) % p, microbatch, (vs - 1) // p)
+    if vs == last:
+        return ("F", stage, microbatch, chunk)
+    return ("B", (vs + 1) % p, microbatch, (vs + 1) // p)
+
+
+def schedule_order(schedule: str, stages: int, microbatches: int,
+                   virtual: int = 1) -> list[tuple[int, str, int, int]]:
+    """Every (stage, kind, microbatch, chunk) op of a step in one topological order.
+
+    Each stage keeps its ``stage_order``; a stage's next op is taken once its dependency has been
+    taken (a unit-time dry run, round robin over stages). Raises if the orders deadlock.
+    """
+    p, m, v = stages, microbatches, virtual
+    orders = [stage_order(schedule, p, m, s, v) for s in range(p)]
+    taken: set = set()
+    cursor = [0] * p
+    out: list[tuple[int, str, int, int]] = []
+    total = 2 * p * m * v
+    while len(out) < total:
+        progressed = False
+        for s in range(p):
+            while cursor[s] < len(orders[s]):
+                kind, i, c = orders[s][cursor[s]]
+                dep = dependency(kind, s, i, c, p, v)
+                if dep is not None and dep not in taken:
+                    break
+                taken.add((kind, s, i, c))
+                out.append((s, kind, i, c))
+                cursor[s] += 1
+                progressed = True
+        if not progressed:  # cannot happen for these schedules; guards against a wrong order
+            raise RuntimeError("pipeline schedule deadlocked")
+    return out
+
+
 def pipeline_timeline(stages: int, microbatches: int, schedule: str = "1f1b",
-                      t_f: float = 1.0, t_b: float = 2.0) -> list[Slot]:
+                      t_f: float = 1.0, t_b: float = 2.0, virtual: int = 1) -> list[Slot]:
     """Start and end of every forward/backward on every stage, by list scheduling.
 
     Each op starts when its stage is free and its input is ready: F(s, i) needs F(s−1, i);
-    B(s, i) needs B(s+1, i) (and F(s, i)). Communication is free.
+    B(s, i) needs B(s+1, i) (and F(s, i)); with ``virtual`` chunks the neighbours are virtual
+    stages. ``t_f``/``t_b`` are per op (per chunk when interleaved). Communication is free.
     """
-    _check(stages, microbatches)
-    if schedule not in ("gpipe", "1f1b"):
-        raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {schedule!r}")
-    p, m = stages, microbatches
-    orders = [_order(schedule, p, m, s) for s in range(p)]
-    done: dict[tuple[str, int, int], float] = {}
-    cursor, free = [0] * p, [0.0] * p
+    done: dict[tuple[str, int, int, int], float] = {}
+    free = [0.0] * stages
     slots: list[Slot] = []
-    while len(slots) < 2 * p * m:
-        progressed = False
-        for s in range(p):
-            if cursor[s] == len(orders[s]):
-                continue
-            kind, i = orders[s][cursor[s]]
-            if kind == "F":  # the first stage has its input; others wait for the previous stage
-                dep = ("F", s - 1, i) if s > 0 else None
-            else:  # the last stage's backward follows its own forward; others wait for the next stage
-                dep = ("B", s + 1, i) if s < p - 1 else ("F", s, i)
-            if dep is not None and dep not in done:
-                continue
-            start = max(free[s], done[dep] if dep else 0.0)
-            end = start + (t_f if kind == "F" else t_b)
-            done[(kind, s, i)] = free[s] = end
-            slots.append(Slot(s, kind, i, start, end))
-            cursor[s] += 1
-            progressed = True
-        if not progressed:  # cannot happen for these schedules; guards against a wrong order
-            raise RuntimeError("pipeline schedule deadlocked")
+    for s, kind, i, c in schedule_order(schedule, stages, microbatches, virtual):
+        dep = dependency(kind, s, i, c, stages, virtual)
+        start = max(free[s], done[dep] if dep else 0.0)
+        end = start + (t_f if kind == "F" else t_b)
+        done[(kind, s, i, c)] = free[s] = end
+        slots.append(Slot(s, kind, i, start, end, c))
     return slots

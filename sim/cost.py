@@ -1,0 +1,186 @@
+"""How long things take: FLOPs → seconds, bytes → seconds over the right link (alpha-beta model).
+
+Compute: t = FLOPs / (peak × efficiency). A transformer layer's forward on b sequences of s
+tokens costs 2·b·s·(4h² + k·h·f) + 4·b·s²·h FLOPs (k = 2 MLP matrices, 3 if gated), which is
+24bsh² + 4bs²h for the GPT MLP f = 4h; backward costs twice the forward; full recomputation adds
+a forward, selective recomputation the attention core 4bs²h.
+
+Collectives of S bytes over n ranks on a link of bandwidth B (after efficiency) and latency α:
+
+    ring all-reduce          2(n−1)α + 2(n−1)/n · S/B
+    tree all-reduce          2⌈log2 n⌉α + 2(n−1)/n · S/B   (bandwidth × tree_bw_efficiency)
+    reduce-scatter / gather  (n−1)α + (n−1)/n · S/B        (S = the full, unsharded buffer)
+    point-to-point           α + S/B
+
+``all_reduce`` takes the cheaper of ring and tree, as NCCL's tuner does. With equal bandwidth
+terms the tree never loses (⌈log2 n⌉ ≤ n − 1); calibrating ``tree_bw_efficiency`` below 1 makes the
+ring win for large messages. Every constant lives in ``Costs`` and can be overridden.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+from zero_ref.memory import recipe
+from sim.topology import Link, group_link, group_ranks, p2p_link
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def layer_forward_flops(model, batch: int) -> float:
+    """Forward FLOPs of one transformer layer on ``batch`` sequences: 2bs(4h² + k·h·f) + 4bs²h."""
+    b, s, h, f = batch, model.seq, model.hidden, model.ffn_hidden
+    return 2 * b * s * (4 * h * h + (3 if model.gated else 2) * h * f) + 4 * b * s * s * h
+
+
+def attention_core_flops(model, batch: int) -> float:
+    """Forward FLOPs of QKᵀ and attention × V in one layer: 4bs²h (what selective recompute redoes)."""
+    return 4 * batch * model.seq * model.seq * model.hidden
+
+
+def head_forward_flops(model, batch: int) -> float:
+    """Forward FLOPs of the output projection to the vocabulary: 2bshV."""
+    return 2 * batch * model.seq * model.hidden * model.vocab
+
+
+def model_flops_per_step(model, global_batch: int, *, head: bool = True) -> float:
+    """Model FLOPs of one step (forward + backward = 3 × forward; recomputation not counted)."""
+    fwd = model.layers * layer_forward_flops(model, 1) + (head_forward_flops(model, 1) if head else 0)
+    return 3 * global_batch * fwd
+
+
+# ---------------------------------------------------------------- collectives (pure formulas)
+
+
+def ring_all_reduce(size: float, n: int, alpha: float, bw: float) -> float:
+    return 0.0 if n == 1 else 2 * (n - 1) * alpha + 2 * (n - 1) / n * size / bw
+
+
+def tree_all_reduce(size: float, n: int, alpha: float, bw: float) -> float:
+    return 0.0 if n == 1 else 2 * math.ceil(math.log2(n)) * alpha + 2 * (n - 1) / n * size / bw
+
+
+def reduce_scatter(size: float, n: int, alpha: float, bw: float) -> float:
+    return 0.0 if n == 1 else (n - 1) * alpha + (n - 1) / n * size / bw
+
+
+all_gather = reduce_scatter  # same cost: (n−1)α + (n−1)/n · S/B
+
+
+def point_to_point(size: float, alpha: float, bw: float) -> float:
+    return alpha + size / bw
+
+
+# ---------------------------------------------------------------- constants
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Every constant of the cost model (defaults are plausible, uncalibrated guesses).
+
+    ``efficiency``: achieved share of peak dense FLOP/s for layer compute. ``*_efficiency`` scale
+    a link's raw bandwidth to what NCCL or a copy engine achieves (ASTRA-sim measured 741 of
+    900 GB/s on H100 NVLink, ≈ 0.8). ``alpha_*``: per-step latency in seconds. ``cpu_adam_rate``:
+    parameters per second CPU Adam updates on one node (shared by its GPUs). ``adam_bytes_per_param``:
+    HBM bytes the GPU optimizer reads + writes per parameter (None: 2·K + grad + param bytes).
+    """
+
+    efficiency: float = 0.5
+    hbm_efficiency: float = 0.8
+    nvlink_efficiency: float = 0.8
+    ib_efficiency: float = 0.8
+    pcie_efficiency: float = 0.8
+    nvme_efficiency: float = 1.0
+    tree_bw_efficiency: float = 1.0
+    alpha_nvlink: float = 2e-6
+    alpha_ib: float = 6e-6
+    alpha_pcie: float = 10e-6
+    alpha_nvme: float = 100e-6
+    cpu_adam_rate: float = 2e9
+    adam_bytes_per_param: float | None = None
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "adam_bytes_per_param" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (
+                    v == 0 and not f.name.startswith("alpha")):
+                raise ValueError(f"Costs.{f.name} must be a positive number (alphas may be 0), got {v!r}")
+
+    @classmethod
+    def compute_only(cls, efficiency: float = 0.5) -> "Costs":
+        """Free communication, copies and optimizer: only layer compute takes time (closed-form checks)."""
+        inf = math.inf
+        return cls(efficiency=efficiency, hbm_efficiency=inf, nvlink_efficiency=inf, ib_efficiency=inf,
+                   pcie_efficiency=inf, nvme_efficiency=inf, alpha_nvlink=0.0, alpha_ib=0.0,
+                   alpha_pcie=0.0, alpha_nvme=0.0, cpu_adam_rate=inf)
+
+    def override(self, **kw) -> "Costs":
+        return replace(self, **kw)
+
+
+# ---------------------------------------------------------------- the model on one cluster + plan
+
+
+class CostModel:
+    """Durations of work items for one (cluster, plan, costs): the links are resolved once.
+
+    A work item is a tuple ``(op, amount, axis, count)``: op 'compute' (FLOPs), 'adam' and
+    'cpu_adam' (parameters), 'all_reduce' | 'reduce_scatter' | 'all_gather' (bytes over ``axis``
+    'tp' | 'dp' | 'world'), 'p2p', 'h2d', 'd2h', 'nvme_read', 'nvme_write' (bytes); ``count``
+    repeats it back to back.
+    """
+
+    def __init__(self, cluster, plan, costs: Costs | None = None):
+        self.cluster, self.plan, self.costs = cluster, plan, costs or Costs()
+        c, tp, dp, pp = self.costs, plan.tp, plan.dp, plan.pp
+        self.links: dict[str, Link] = {axis: group_link(group_ranks(axis, tp, dp, pp), cluster)
+                                       for axis in ("tp", "dp", "world")}
+        self.links["pp"] = p2p_link(tp, dp, cluster) if pp > 1 else Link("nvlink", cluster.nvlink_bw, 1, 1)
+        r = recipe(plan.precision)
+        self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
+                                                    + r.bytes_per_param("params"))
+        self.flops_rate = cluster.gpu.peak_flops * c.efficiency
+
+    def link_params(self, axis: str) -> tuple[int, float, float]:
+        """(group size n, α, effective bandwidth B) of the ``axis`` group's link."""
+        link, c = self.links[axis], self.costs
+        if link.kind == "nvlink":
+            return link.size, c.alpha_nvlink, link.bandwidth * c.nvlink_efficiency
+        return link.size, c.alpha_ib, link.bandwidth * c.ib_efficiency
+
+    def all_reduce(self, size: float, axis: str) -> tuple[float, str]:
+        """(seconds, 'ring' | 'tree'), whichever is cheaper."""
+        n, a, bw = self.link_params(axis)
+        ring = ring_all_reduce(size, n, a, bw)
+        tree = tree_all_reduce(size, n, a, bw * self.costs.tree_bw_efficiency)
+        return (tree, "tree") if tree < ring else (ring, "ring")
+
+    def duration(self, work: tuple) -> float:
+        op, amount, axis, count = work
+        c, cl = self.costs, self.cluster
+        if op == "compute":
+            t = amount / self.flops_rate
+        elif op == "all_reduce":
+            t = self.all_reduce(amount, axis)[0]
+        elif op in ("reduce_scatter", "all_gather"):
+            t = reduce_scatter(amount, *self.link_params(axis))
+        elif op == "p2p":
+            _, a, bw = self.link_params("pp")
+            t = point_to_point(amount, a, bw)
+        elif op in ("h2d", "d2h"):
+            t = point_to_point(amount, c.alpha_pcie, cl.pcie_bw * c.pcie_efficiency)
+        elif op in ("nvme_read", "nvme_write"):
+            node_bw = cl.nvme_read_bw if op == "nvme_read" else cl.nvme_write_bw
+            t = point_to_point(amount, c.alpha_nvme, node_bw / cl.gpus_per_node * c.nvme_efficiency)
+        elif op == "adam":
+            t = amount * self.adam_bytes / (cl.gpu.hbm_bw * c.hbm_efficiency)
+        elif op == "cpu_adam":
+            t = amount / (c.cpu_adam_rate / cl.gpus_per_node)
+        else:
+            raise ValueError(f"unknown work op {op!r}")
+        return count * t
+
+    def durations(self, works: list[tuple]) -> list[float]:
+        return [self.duration(w) for w in works]

@@ -1,0 +1,62 @@
+"""Where ranks sit: the tp × dp × pp rank grid and which link a process group's collectives use.
+
+Megatron's order, tensor-parallel fastest: rank = t + tp·(d + dp·p). With 8 GPUs per node and
+tp = 8, dp = 2, pp = 2 the groups of rank 0 are
+
+    tp: [0, 1, ..., 7]      (one node: NVLink)
+    dp: [0, 8]              (two nodes, one GPU each: InfiniBand)
+    pp: [0, 16]
+
+A group inside one node talks over NVLink. A group spanning nodes is limited by InfiniBand: each
+of its GPUs drives its own NIC share (ib_bw / gpus_per_node), so a ring with g members per node
+moves g such shares across each node boundary (NCCL runs one ring per NIC): the bandwidth is
+g · ib_bw_per_gpu, never more than NVLink. With one member per node that is the IB bandwidth per GPU.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+AXES = ("tp", "dp", "pp")
+
+
+def rank_of(t: int, d: int, p: int, tp: int, dp: int) -> int:
+    """Global rank of tensor rank t, data rank d, pipeline rank p."""
+    return t + tp * (d + dp * p)
+
+
+def group_ranks(axis: str, tp: int, dp: int, pp: int, *, t: int = 0, d: int = 0, p: int = 0) -> list[int]:
+    """The ranks of the ``axis`` group that contains (t, d, p)."""
+    if axis == "tp":
+        return [rank_of(i, d, p, tp, dp) for i in range(tp)]
+    if axis == "dp":
+        return [rank_of(t, i, p, tp, dp) for i in range(dp)]
+    if axis == "pp":
+        return [rank_of(t, d, i, tp, dp) for i in range(pp)]
+    if axis == "world":
+        return list(range(tp * dp * pp))
+    raise ValueError(f"axis must be one of {AXES + ('world',)}, got {axis!r}")
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link a group's traffic crosses: 'nvlink' or 'ib', its raw bandwidth (bytes/s), group size."""
+
+    kind: str
+    bandwidth: float
+    size: int
+    per_node: int  # most members of the group on one node
+
+
+def group_link(ranks: list[int], cluster) -> Link:
+    """NVLink when every rank is on one node, else InfiniBand at per_node × IB-per-GPU (≤ NVLink)."""
+    nodes = Counter(r // cluster.gpus_per_node for r in ranks)
+    per_node = max(nodes.values())
+    if len(nodes) == 1:
+        return Link("nvlink", cluster.nvlink_bw, len(ranks), per_node)
+    return Link("ib", min(cluster.nvlink_bw, per_node * cluster.ib_bw_per_gpu), len(ranks), per_node)
+
+
+def p2p_link(tp: int, dp: int, cluster) -> Link:
+    """The link between adjacent pipeline stages (ranks tp·dp apart)."""
+    return group_link([0, tp * dp], cluster)
