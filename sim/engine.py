@@ -1,0 +1,141 @@
+"""The list-scheduling engine and ``simulate(model, cluster, plan) -> SimResult``.
+
+The graph's nodes are in topological order and each stream runs its nodes in that order, so
+without contention the timing is one pass: start = max(the stream is free, every dependency has
+ended), end = start + duration. (An event-heap engine for shared bandwidth, prefetch limits or
+jitter would be a second engine that must agree with this one on contention-free graphs.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.config import Cluster, Model
+from sim.cost import CostModel, Costs, model_flops_per_step
+from sim.graph import KINDS, STREAMS, TaskGraph, build_graph, node_name
+from sim.memory_timeline import MemoryTimeline, memory_timeline, static_bytes
+from sim.plan import Plan
+
+
+def list_schedule(graph: TaskGraph, durations: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end times of every node; ``durations[w]`` is the seconds of work item w."""
+    n_streams = len(STREAMS)
+    resource = [s * n_streams + st for s, st in zip(graph.stage, graph.stream)]
+    dur = [durations[w] for w in graph.work]
+    free = [0.0] * (graph.stages * n_streams)
+    start, end = [0.0] * len(resource), [0.0] * len(resource)
+    deps = graph.deps
+    for i, r in enumerate(resource):
+        t = free[r]
+        for d in deps[i]:
+            e = end[d]
+            if e > t:
+                t = e
+        start[i] = t
+        free[r] = end[i] = t + dur[i]
+    return np.asarray(start), np.asarray(end)
+
+
+class Event(NamedTuple):
+    """One timed task: what, on which stream of which pipeline stage, when (seconds), of what kind."""
+
+    name: str
+    stream: str
+    stage: int
+    start: float
+    end: float
+    kind: str
+
+
+@dataclass
+class SimResult:
+    """One simulated step: times (s), throughput, bubbles, busy time per stream, memory, events.
+
+    ``bubble_fraction``: the compute streams' idle share of the step, averaged over stages.
+    ``busy[stream]``: busy seconds per stage. ``memory``: the per-stage timelines; ``peak_memory``
+    its GPU peaks per stage by category. ``tflops_per_gpu`` counts model FLOPs (no recompute);
+    ``hfu`` counts the FLOPs the GPUs ran (with recompute).
+    """
+
+    model: Model
+    cluster: Cluster
+    plan: Plan
+    costs: Costs
+    graph: TaskGraph
+    start: np.ndarray
+    end: np.ndarray
+    step_time: float
+    tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    busy: dict[str, np.ndarray]
+    memory: MemoryTimeline
+    peak_memory: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def peak_gpu_bytes(self) -> float:
+        """The largest GPU total over stages."""
+        return max(p["total"] for p in self.peak_memory)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_gpu_bytes <= self.cluster.gpu.hbm_bytes
+
+    @property
+    def events(self) -> list[Event]:
+        g = self.graph
+        return [Event(node_name(g, i), STREAMS[g.stream[i]], g.stage[i], float(self.start[i]),
+                      float(self.end[i]), KINDS[g.kind[i]]) for i in range(len(g))]
+
+    def summary(self) -> str:
+        gib = 2**30
+        return (f"{self.model.name} on {self.cluster.world_size} × {self.cluster.gpu.name}, "
+                f"tp {self.plan.tp} pp {self.plan.pp} dp {self.plan.dp}, ZeRO-{self.plan.zero_stage}, "
+                f"{self.plan.schedule} m={self.plan.num_microbatches}: step {self.step_time:.3f} s, "
+                f"{self.tflops_per_gpu:.1f} TFLOP/s per GPU (MFU {self.mfu:.1%}), bubble "
+                f"{self.bubble_fraction:.1%}, peak {self.peak_gpu_bytes / gib:.1f} GiB"
+                f"{'' if self.fits else ' — does not fit'}")
+
+
+def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = None, *,
+             granularity="auto", head: bool = True) -> SimResult:
+    """Simulate one training step of ``model`` on ``cluster`` under ``plan``.
+
+    ``costs`` overrides the cost model's constants (sim.cost.Costs); ``granularity`` and ``head``
+    are passed to sim.graph.build_graph.
+    """
+    for name, value, cls in (("model", model, Model), ("cluster", cluster, Cluster), ("plan", plan, Plan)):
+        if not isinstance(value, cls):
+            raise TypeError(f"{name} must be a sim.{cls.__name__}, got {type(value).__name__}")
+    if plan.world_size != cluster.world_size:
+        raise ValueError(f"Plan.tp × pp × dp = {plan.tp} × {plan.pp} × {plan.dp} = {plan.world_size} ranks, "
+                         f"but the cluster has {cluster.world_size} GPUs")
+    if plan.precision.startswith("bf16") and not cluster.gpu.bf16:
+        raise ValueError(f"Plan.precision {plan.precision!r}: {cluster.gpu.name} has no bf16; use 'fp16'")
+    costs = costs or Costs()
+    graph = build_graph(model, plan, granularity=granularity, head=head)
+    cm = CostModel(cluster, plan, costs)
+    durations = cm.durations(graph.works)
+    start, end = list_schedule(graph, durations)
+    step = float(end.max()) if len(end) else 0.0
+
+    stage = np.asarray(graph.stage)
+    stream = np.asarray(graph.stream)
+    dur = end - start
+    busy = {name: np.bincount(stage[stream == k], weights=dur[stream == k], minlength=plan.pp)
+            for k, name in enumerate(STREAMS)}
+    compute = busy["compute"]
+    bubble = float(np.mean(1 - compute / step)) if step > 0 else 0.0
+
+    model_flops = model_flops_per_step(model, plan.global_batch, head=head)
+    tflops = model_flops / (cluster.world_size * step) / 1e12 if step > 0 else 0.0
+    works = graph.works
+    flops = np.asarray([w[1] if w[0] == "compute" else 0.0 for w in works])[np.asarray(graph.work)]
+    hw_flops_per_gpu = flops.sum() / plan.pp  # every stage's rank, averaged
+    peak = cluster.gpu.peak_flops
+    mem = memory_timeline(graph, start, end, static_bytes(model, plan))
+    return SimResult(model, cluster, plan, costs, graph, start, end, step, tflops, tflops * 1e12 / peak,
+                     hw_flops_per_gpu / step / peak if step > 0 else 0.0, bubble, busy, mem, mem.peaks("gpu"))

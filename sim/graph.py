@@ -1,0 +1,280 @@
+"""The task graph of one training step, for one representative rank per pipeline stage.
+
+TP and DP replicas of a stage do the same work at the same time, so one rank per stage stands for
+them all and a collective is a single node whose duration comes from the cost model. Nodes are
+created in a topological order (``sim.pipeline.schedule_order``), each on one stream of its stage;
+a stream runs its nodes in creation order. A node holds *work* (FLOPs or bytes, see
+sim.cost.CostModel), not seconds, so one graph can be re-timed for other hardware.
+
+Per micro-batch op (F or B of one model chunk on one stage) and layer group:
+
+    [ZeRO-3: (NVMe read →) (H2D →) all-gather of the group, one group ahead]  dp_comm
+    compute of the group                                                   compute
+    TP collectives of the group (blocking: the next group waits)           tp_comm
+    B: gradient reduce per bucket (stage 0: all-reduce, 1–3: reduce-scatter;
+       0–1 after the last micro-batch's backward, 2–3 after every one) (→ D2H when offloading)  dp_comm
+then a send of the op's output to the neighbouring stage (pp_comm). After the last op: an optional
+global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the GPU, or (NVMe read
+→) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
+Each node may carry memory deltas (category, tier, bytes) applied at its start or end.
+"""
+from __future__ import annotations
+
+from zero_ref.memory import activation_bytes_per_layer, recipe
+from sim.cost import attention_core_flops, head_forward_flops, layer_forward_flops
+from sim.pipeline import dependency, schedule_order
+
+STREAMS = ("compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "nvme", "cpu")
+KINDS = ("forward", "backward", "tp_comm", "send_fwd", "send_bwd", "zero3_gather", "grad_reduce", "grad_norm",
+         "optimizer", "param_gather", "cpu_adam", "h2d", "d2h", "nvme_read", "nvme_write")
+CATEGORIES = ("param", "grad", "optim", "activation", "zero3_gathered", "comm_bucket")
+TIERS = ("gpu", "cpu", "nvme")
+MAX_NODES = 300_000  # 'auto' granularity folds layers until the graph is at most this big
+_S, _K, _C, _T = ({n: i for i, n in enumerate(x)} for x in (STREAMS, KINDS, CATEGORIES, TIERS))
+
+
+class TaskGraph:
+    """Struct-of-arrays task graph: per node kind, stream, stage, (micro-batch, chunk, group), work id, deps.
+
+    ``works`` holds each distinct work tuple once (``work[i]`` indexes it); memory deltas are
+    parallel lists ``mem_node, mem_at_end, mem_cat, mem_tier, mem_bytes`` (bytes signed: + alloc).
+    """
+
+    def __init__(self, stages: int, virtual: int, group_layers: int, groups_per_chunk: int):
+        self.stages, self.virtual = stages, virtual
+        self.group_layers, self.groups_per_chunk = group_layers, groups_per_chunk
+        self.kind, self.stream, self.stage, self.mb, self.chunk, self.group, self.work = ([] for _ in range(7))
+        self.works, self.deps, self._rows = [], [], []
+        self._work_id: dict[tuple, int] = {}
+        self.mem_node, self.mem_at_end, self.mem_cat, self.mem_tier, self.mem_bytes = [], [], [], [], []
+        self.last: dict[tuple[int, str], int] = {}  # (stage, stream) -> its latest node
+
+    def __len__(self) -> int:
+        return len(self.deps)
+
+    def add(self, kind: str, stream: str, stage: int, work: tuple, deps=(), mb=-1, chunk=-1, group=-1) -> int:
+        """Append a node (rows are turned into columns by ``finish``); returns its index."""
+        w = self._work_id.get(work)
+        if w is None:
+            w = self._work_id[work] = len(self.works)
+            self.works.append(work)
+        i = len(self.deps)
+        self._rows.append((_K[kind], _S[stream], stage, mb, chunk, group, w))
+        self.deps.append(tuple(d for d in deps if d is not None))
+        self.last[(stage, stream)] = i
+        return i
+
+    def finish(self) -> "TaskGraph":
+        cols = list(zip(*self._rows)) if self._rows else [()] * 7
+        self.kind, self.stream, self.stage, self.mb, self.chunk, self.group, self.work = map(list, cols)
+        self._rows = []
+        return self
+
+    def mem(self, node: int, category: str, nbytes: float, *, at_end: bool = False, tier: str = "gpu") -> None:
+        """Allocate (``nbytes`` > 0) or free (< 0) at the node's start, or its end when ``at_end``."""
+        if nbytes:
+            self.mem_node.append(node); self.mem_at_end.append(at_end); self.mem_cat.append(_C[category])
+            self.mem_tier.append(_T[tier]); self.mem_bytes.append(nbytes)
+
+
+def _group_layers(granularity, per_chunk: int, ops: int, nodes_per_group: int) -> int:
+    if granularity == "layer":
+        return 1
+    if granularity == "stage":
+        return per_chunk
+    if isinstance(granularity, int) and not isinstance(granularity, bool):
+        if granularity < 1 or per_chunk % granularity:
+            raise ValueError(f"granularity {granularity} must divide the {per_chunk} layers per model chunk")
+        return granularity
+    if granularity != "auto":
+        raise ValueError(f"granularity must be 'auto', 'layer', 'stage' or a layer count, got {granularity!r}")
+    for g in range(1, per_chunk + 1):  # the finest split that keeps the graph small
+        if per_chunk % g == 0 and ops * (per_chunk // g) * nodes_per_group <= MAX_NODES:
+            return g
+    return per_chunk
+
+
+class _Lowering:
+    """Builds the TaskGraph of (model, plan); one method per piece of the step."""
+
+    def __init__(self, model, plan, granularity, head: bool):
+        p, v, m, tp, dp = plan.pp, plan.virtual, plan.num_microbatches, plan.tp, plan.dp
+        if model.layers % (p * v):
+            raise ValueError(f"Model.layers {model.layers} must be divisible by Plan.pp × Plan.virtual = {p * v}")
+        if model.heads % tp:
+            raise ValueError(f"Model.heads {model.heads} must be divisible by Plan.tp {tp}")
+        self.model, self.plan, self.p, self.v, self.m, self.tp, self.dp = model, plan, p, v, m, tp, dp
+        self.z3 = plan.zero_stage == 3 and (dp > 1 or plan.offload_param != "none")
+        per_chunk = model.layers // (p * v)
+        gl = _group_layers(granularity, per_chunk, 2 * p * v * m, 2 + (tp > 1) + 3 * self.z3)
+        self.G = per_chunk // gl
+        self.g = TaskGraph(p, v, gl, self.G)
+        r = recipe(plan.precision)
+        self.K, self.pb, self.gb = r.K, r.bytes_per_param("params"), r.bytes_per_param("grads")
+        width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
+        b, sp, rc = plan.micro_batch_size, plan.sequence_parallel, plan.recompute
+        fwd = layer_forward_flops(model, b) / tp
+        bwd = 2 * fwd + {"none": 0, "selective": attention_core_flops(model, b) / tp, "full": fwd}[rc]
+        hf = head_forward_flops(model, b) / tp if head else 0.0
+        self.work_f = [("compute", gl * fwd, "", 1), ("compute", gl * fwd + hf, "", 1)]  # [plain, with head]
+        self.work_b = [("compute", gl * bwd, "", 1), ("compute", gl * bwd + 2 * hf, "", 1)]
+        msg = 2 * width * b * model.seq * model.hidden
+        op, per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)  # SP: 2 AG + 2 RS, same cost as 2 AR
+        self.tp_f = (op, msg, "tp", per_layer * gl) if tp > 1 else None
+        self.tp_b = (op, msg, "tp", per_layer * gl * (2 if rc == "full" else 1)) if tp > 1 else None
+        self.p2p = ("p2p", msg / (tp if sp else 1), "pp", 1)
+        self.P = model.num_params * gl / (tp * model.layers)  # parameters of one group on one TP rank
+        act = lambda rec: width * activation_bytes_per_layer(model.seq, b, model.hidden, model.heads,
+                                                             tp=tp, sp=sp, recompute=rec)
+        self.act = gl * act(rc)
+        self.act_transient = 0.0 if rc == "none" else act("none") - (act(rc) if rc == "selective" else 0)
+        self.order = schedule_order(plan.schedule, p, m, v)
+        self.computes: list[list[int]] = [[] for _ in range(p)]
+        self.last_b = {}  # (stage, chunk) -> the micro-batch whose backward comes last
+        for s, kind, i, c in self.order:
+            if kind == "B":
+                self.last_b[(s, c)] = i
+
+    def build(self) -> TaskGraph:
+        out: dict[tuple, int] = {}
+        for s, kind, i, c in self.order:
+            dep = dependency(kind, s, i, c, self.p, self.v)
+            out[(kind, s, i, c)] = self.op(s, kind, i, c, out[dep] if dep else None)
+        self.step()
+        return self.g.finish()
+
+    def gather(self, s, i, c, grp, deps) -> int:
+        """ZeRO-3: fetch (offloaded) shards and all-gather one layer group's parameters."""
+        g, pl, shard = self.g, self.plan, self.P / self.dp * self.pb
+        first = None
+        if pl.offload_param == "nvme":
+            first = deps = [g.add("nvme_read", "nvme", s, ("nvme_read", shard, "", 1), deps, i, c, grp)]
+        if pl.offload_param != "none":
+            deps = [g.add("h2d", "h2d", s, ("h2d", shard, "", 1), deps, i, c, grp)]
+            first = first or deps
+        if self.dp > 1:
+            deps = [g.add("zero3_gather", "dp_comm", s, ("all_gather", self.P * self.pb, "dp", 1), deps, i, c, grp)]
+        g.mem((first or deps)[0], "zero3_gathered", self.P * self.pb)
+        return deps[0]
+
+    def op(self, s, kind, i, c, dep_node) -> int:
+        """One forward or backward of micro-batch i, chunk c on stage s; returns its output node."""
+        g, pl, G, fwd = self.g, self.plan, self.G, kind == "F"
+        last_vs = (c * self.p + s) == self.p * self.v - 1
+        groups = list(range(G)) if fwd else list(reversed(range(G)))
+        reduce_now = pl.zero_stage >= 2 or (not fwd and self.last_b[(s, c)] == i)
+        comps = self.computes[s]  # this stage's compute nodes so far, in stream order
+        n0 = len(comps)
+        # ZeRO-3 prefetch, one group ahead: the gather for a stage's k-th compute starts once its
+        # (k − 2)-th has ended, i.e. while the (k − 1)-th runs — across op boundaries too.
+        ahead = lambda j: (comps[n0 + j - 2],) if n0 + j >= 2 else ()
+        gathered = [None] * G
+        if self.z3:
+            gathered[0] = self.gather(s, i, c, groups[0], ahead(0))
+        prev, buckets, bucket, pending = dep_node, [], 0.0, []
+        for j, grp in enumerate(groups):
+            if self.z3 and j + 1 < G:
+                gathered[j + 1] = self.gather(s, i, c, groups[j + 1], ahead(j + 1))
+            head = int(last_vs and grp == G - 1)
+            work = self.work_f[head] if fwd else self.work_b[head]
+            comp = g.add("forward" if fwd else "backward", "compute", s, work, (prev, gathered[j]), i, c, grp)
+            comps.append(comp)
+            if fwd:
+                g.mem(comp, "activation", self.act)
+            else:
+                g.mem(comp, "activation", -self.act, at_end=True)
+                g.mem(comp, "activation", self.act_transient)
+                g.mem(comp, "activation", -self.act_transient, at_end=True)
+            if self.z3:
+                g.mem(comp, "zero3_gathered", -self.P * self.pb, at_end=True)
+            prev = comp
+            if self.tp > 1:
+                prev = g.add("tp_comm", "tp_comm", s, self.tp_f if fwd else self.tp_b, (comp,), i, c, grp)
+            if not fwd and reduce_now:
+                if pl.zero_stage >= 2 and self.dp > 1:  # the unreduced gradient waits in a bucket
+                    g.mem(comp, "comm_bucket", self.P * self.gb)
+                    pending.append(comp)
+                bucket += self.P
+                if bucket >= pl.reduce_bucket_size or j == G - 1:
+                    buckets.append((bucket, prev, pending))
+                    bucket, pending = 0.0, []
+                    if pl.overlap_comm:
+                        self.reduce(s, i, c, grp, *buckets.pop())
+        for bucket, _, pending in buckets:  # without overlap: after the whole backward
+            self.reduce(s, i, c, groups[-1], bucket, prev, pending)
+        needs_send = self.p > 1 and ((fwd and not last_vs) or (not fwd and c * self.p + s > 0))
+        if not needs_send:
+            return prev
+        return g.add("send_fwd" if fwd else "send_bwd", "pp_comm", s, self.p2p, (prev,), i, c)
+
+    def reduce(self, s, i, c, grp, params, after, pending) -> None:
+        """Reduce one bucket of gradients over DP (and copy its shard to the host when offloading)."""
+        g, pl, node = self.g, self.plan, after
+        if self.dp > 1:
+            op = "all_reduce" if pl.zero_stage == 0 else "reduce_scatter"
+            node = g.add("grad_reduce", "dp_comm", s, (op, params * self.gb, "dp", 1), (after,), i, c, grp)
+            g.mem(node, "comm_bucket", -len(pending) * self.P * self.gb, at_end=True)
+        if pl.offload_optimizer != "none":
+            g.add("d2h", "d2h", s, ("d2h", params / self.dp * self.gb, "", 1), (node,), i, c, grp)
+
+    def step(self) -> None:
+        """Gradient-norm sync, then the optimizer step on each stage, chunk by chunk."""
+        g, pl, dp = self.g, self.plan, self.dp
+        ready = [[g.last.get((s, st)) for st in ("compute", "tp_comm", "dp_comm", "d2h")] for s in range(self.p)]
+        if pl.gradient_clipping > 0 and pl.world_size > 1:
+            everyone = tuple(n for r in ready for n in r)
+            ready = [[g.add("grad_norm", "dp_comm", s, ("all_reduce", 4, "world", 1), everyone)]
+                     for s in range(self.p)]
+        per_chunk = max(1, int(pl.allgather_bucket_size // self.P))
+        total = self.v * self.G
+        for s in range(self.p):
+            for k, first in enumerate(range(0, total, per_chunk)):
+                full = self.P * min(per_chunk, total - first)          # parameters of the chunk on this rank
+                shard = full / dp if pl.zero_stage >= 1 else full      # the part this rank updates
+                u = self.update(s, k, shard, ready[s])
+                if pl.zero_stage in (1, 2) and dp > 1:
+                    g.add("param_gather", "dp_comm", s, ("all_gather", full * self.pb, "dp", 1), (u,), group=k)
+
+    def update(self, s, k, shard, deps) -> int:
+        """Adam on ``shard`` parameters: on the GPU, or on the host with its transfers."""
+        g, pl, K, pb = self.g, self.plan, self.K, self.pb
+        if pl.offload_optimizer == "none":
+            u = g.add("optimizer", "compute", s, ("adam", shard, "", 1), deps, group=k)
+            if pl.offload_param != "none":
+                u = g.add("d2h", "d2h", s, ("d2h", shard * pb, "", 1), (u,), group=k)
+        else:
+            if pl.offload_optimizer == "nvme":
+                deps = (g.add("nvme_read", "nvme", s, ("nvme_read", shard * K, "", 1), deps, group=k),)
+            u = g.add("cpu_adam", "cpu", s, ("cpu_adam", shard, "", 1), deps, group=k)
+            if pl.offload_optimizer == "nvme":
+                g.add("nvme_write", "nvme", s, ("nvme_write", shard * K, "", 1), (u,), group=k)
+            if pl.offload_param == "none":
+                u = g.add("h2d", "h2d", s, ("h2d", shard * pb, "", 1), (u,), group=k)
+        if pl.offload_param == "nvme":
+            u = g.add("nvme_write", "nvme", s, ("nvme_write", shard * pb, "", 1), (u,), group=k)
+        return u
+
+
+def build_graph(model, plan, *, granularity="auto", head: bool = True) -> TaskGraph:
+    """Lower (model, plan) to the TaskGraph of one step (see the module docstring).
+
+    ``granularity``: 'layer' (a node per layer), 'stage' (all layers of a model chunk in one node),
+    a number of layers per node, or 'auto' (per layer unless the graph would exceed MAX_NODES).
+    ``head``: count the output projection's FLOPs on the last stage.
+    """
+    return _Lowering(model, plan, granularity, head).build()
+
+
+def node_name(graph: TaskGraph, i: int) -> str:
+    """A readable name: 'F3 layers 0-5', 'B3.c1 layers 48-53', 'grad_reduce B7 layers 12-17', 'optimizer 0'."""
+    kind, mb, chunk, grp = KINDS[graph.kind[i]], graph.mb[i], graph.chunk[i], graph.group[i]
+    if mb < 0:
+        return f"{kind} {grp}" if grp >= 0 else kind
+    phase = "F" if kind in ("forward", "send_fwd") else "B" if kind in ("backward", "send_bwd") else ""
+    op = f"{phase or 'mb'}{mb}" + (f".c{chunk}" if graph.virtual > 1 else "")
+    if grp < 0:
+        return f"{kind} {op}"
+    gl = graph.group_layers
+    first = (chunk * graph.stages + graph.stage[i]) * graph.groups_per_chunk * gl + grp * gl
+    layers = f"layer {first}" if gl == 1 else f"layers {first}-{first + gl - 1}"
+    return f"{op} {layers}" if phase else f"{kind} {op} {layers}"

@@ -1,0 +1,126 @@
+"""sim.graph + sim.engine: the schedule honours every dependency and stream, ZeRO's communication
+volumes come out as the theory says, and the optimizer step waits where it must."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import sim
+from sim.cost import head_forward_flops, layer_forward_flops
+from sim.graph import KINDS, STREAMS
+
+MODEL = sim.Model.preset("gpt3-350m")  # 24 layers
+
+
+def cluster(world):
+    return sim.Cluster.preset("A100-80GB", nodes=max(1, world // 8), gpus_per_node=min(8, world))
+
+
+def run(costs=None, **plan):
+    plan = sim.Plan(**plan)
+    return sim.simulate(MODEL, cluster(plan.world_size), plan, costs)
+
+
+def test_import_sim_does_not_import_torch():
+    code = "import sys, sim, sim.engine, sim.trace, sim.memory_timeline; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@settings(max_examples=20, deadline=None)
+@given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 4]),
+       zero=st.integers(0, 3), m=st.integers(1, 6), offload=st.booleans(),
+       schedule=st.sampled_from(["gpipe", "1f1b"]), overlap=st.booleans())
+def test_every_node_starts_after_its_dependencies_and_its_stream(tp, pp, dp, zero, m, offload, schedule, overlap):
+    if tp * pp * dp > 16:
+        return
+    r = run(tp=tp, pp=pp, dp=dp, zero_stage=zero, num_microbatches=m, schedule=schedule, overlap_comm=overlap,
+            offload_optimizer="cpu" if offload and zero else "none")
+    g, start, end = r.graph, r.start, r.end
+    assert np.all(end >= start)
+    last = {}
+    for i, deps in enumerate(g.deps):
+        assert all(d < i and end[d] <= start[i] for d in deps)  # topological, and waits for its inputs
+        key = (g.stage[i], g.stream[i])
+        if key in last:
+            assert start[i] >= end[last[key]]  # a stream runs one node at a time, in creation order
+        last[key] = i
+    assert r.step_time == end.max()
+    busy = {s: sum(end[i] - start[i] for i in range(len(g)) if STREAMS[g.stream[i]] == s and g.stage[i] == 0)
+            for s in STREAMS}
+    assert busy == pytest.approx({s: r.busy[s][0] for s in STREAMS})
+
+
+def dp_wire_bytes(r, stage=0):
+    """Bytes one rank sends for DP/ZeRO collectives (ring volumes: AR 2(n−1)/n·S, RS/AG (n−1)/n·S)."""
+    g, n, total = r.graph, r.plan.dp, 0.0
+    for i in range(len(g)):
+        op, size, axis, count = g.works[g.work[i]]
+        if axis == "dp" and g.stage[i] == stage:
+            total += count * size * (n - 1) / n * (2 if op == "all_reduce" else 1)
+    return total
+
+
+@pytest.mark.parametrize("dp", [2, 8])
+def test_zero3_moves_one_and_a_half_times_the_bytes_of_stages_0_to_2(dp):
+    """Stages 0–2 move 2Ψ per step (all-reduce, or reduce-scatter + all-gather); stage 3 moves 3Ψ."""
+    vol = [dp_wire_bytes(run(dp=dp, zero_stage=z, num_microbatches=1)) for z in range(4)]
+    psi_bytes = MODEL.num_params * 2 * (dp - 1) / dp
+    assert vol[:3] == pytest.approx([2 * psi_bytes] * 3)
+    assert vol[3] == pytest.approx(3 * psi_bytes)
+
+
+def test_gradient_accumulation_reduces_once_for_stages_0_1_but_every_microbatch_for_2_3():
+    one = [dp_wire_bytes(run(dp=4, zero_stage=z, num_microbatches=1)) for z in range(4)]
+    four = [dp_wire_bytes(run(dp=4, zero_stage=z, num_microbatches=4)) for z in range(4)]
+    psi = MODEL.num_params * 2 * 3 / 4
+    assert four[0] == pytest.approx(one[0]) and four[1] == pytest.approx(one[1])
+    assert four[2] == pytest.approx(4 * psi + psi)      # a reduce-scatter per micro-batch + one all-gather
+    assert four[3] == pytest.approx(4 * 3 * psi)        # gather F, gather B, reduce-scatter per micro-batch
+
+
+def test_overlap_hides_gradient_reduction_behind_backward():
+    on, off = (run(dp=8, zero_stage=2, num_microbatches=1, overlap_comm=o, reduce_bucket_size=10**7)
+               for o in (True, False))
+    assert on.busy["dp_comm"][0] == pytest.approx(off.busy["dp_comm"][0], rel=0.05)
+    assert on.step_time < off.step_time
+
+
+def test_gradient_clipping_makes_every_stage_wait_for_the_slowest():
+    for clip in (1.0, 0.0):
+        r = run(pp=4, dp=2, num_microbatches=8, gradient_clipping=clip)
+        g = r.graph
+        starts = [min(r.start[i] for i in range(len(g)) if KINDS[g.kind[i]] == "optimizer" and g.stage[i] == s)
+                  for s in range(4)]
+        if clip:
+            assert max(starts) - min(starts) < 1e-3 * r.step_time  # the global norm synchronises them
+        else:
+            assert starts[3] < starts[0]  # the last stage finishes its backwards first and steps early
+
+
+def test_cpu_offload_moves_gradients_down_and_parameters_up_over_pcie():
+    r = run(dp=8, zero_stage=2, num_microbatches=1, offload_optimizer="cpu")
+    g, shard = r.graph, MODEL.num_params / 8
+    moved = {k: sum(g.works[g.work[i]][1] for i in range(len(g)) if KINDS[g.kind[i]] == k and g.stage[i] == 0)
+             for k in ("d2h", "h2d", "cpu_adam")}
+    assert moved["d2h"] == pytest.approx(2 * shard) and moved["h2d"] == pytest.approx(2 * shard)
+    assert moved["cpu_adam"] == pytest.approx(shard)
+    assert r.busy["cpu"][0] > 0 and r.busy["compute"][0] > 0
+    assert "optimizer" not in {KINDS[k] for k in g.kind}  # no GPU Adam
+
+
+def test_events_and_results():
+    r = run(tp=2, pp=2, dp=2, zero_stage=1, num_microbatches=4)
+    ev = r.events
+    assert len(ev) == len(r.graph)
+    assert {e.stream for e in ev} >= {"compute", "tp_comm", "dp_comm", "pp_comm"}
+    first = next(e for e in ev if e.kind == "forward")
+    assert (first.name, first.stage, first.start) == ("F0 layer 0", 0, 0.0)
+    assert 0 < r.mfu < 1 and r.hfu == pytest.approx(r.mfu)  # no recomputation: the GPUs run the model's FLOPs
+    full = run(tp=2, pp=2, dp=2, num_microbatches=4, recompute="full")  # + a forward of every layer
+    f, h = MODEL.layers * layer_forward_flops(MODEL, 1), head_forward_flops(MODEL, 1)
+    assert full.hfu / full.mfu == pytest.approx((4 * f + 3 * h) / (3 * f + 3 * h))
+    assert r.tflops_per_gpu == pytest.approx(r.mfu * 312)
+    assert 0 <= r.bubble_fraction < 1 and r.fits
+    assert "ZeRO-1" in r.summary()
