@@ -184,3 +184,10 @@ def measure_gpu(n_params: int, n_tensors: int = 1, methods=GPU_METHODS, repeats:
     fns, skipped = gpu_candidates(n_params, n_tensors, methods)
     times = time_interleaved(fns, repeats, warmup=3, sync=torch.cuda.synchronize)
     return [Result(m, n_params, n_tensors, ts) for m, ts in times.items()], skipped
+
+
+def cpu_matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    """The CPU's compute roof, measured: fp32 ``torch.mm`` of two n × n matrices, 2n³ flops."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    times = time_interleaved({"mm": lambda: torch.mm(a, b)}, repeats, warmup=2)
+    return 2 * n**3 / statistics.median(times["mm"]) / 1e9

@@ -77,6 +77,15 @@ def built_library() -> Path | None:
     return None
 
 
+def excerpt(first: str, last: str, source: Path = SOURCES[1]) -> str:
+    """Lines of the CUDA source from the first line containing ``first`` through the next line
+    containing ``last`` (for printing next to the Numba kernels)."""
+    lines = source.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if first in line)
+    stop = next(i for i in range(start + 1, len(lines)) if last in lines[i])
+    return "\n".join(lines[start:stop + 1])
+
+
 def _main(argv: list[str]) -> int:
     import torch
 

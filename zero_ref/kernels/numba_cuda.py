@@ -109,28 +109,12 @@ def simulate(sizes=(1, 7, 300), steps: int = 10, seed: int = 0, timeout: float =
 
 
 def _simulated_run(sizes, steps, seed) -> dict:
-    import torch
-
-    from zero_ref.kernels import adam_step
-    from zero_ref.optim import AdamConfig
+    from zero_ref.kernels.check import compare_with_torch
 
     assert simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
     result = {"sizes": list(sizes), "steps": steps}
     for mode, adamw in (("adamw", True), ("adam_l2", False)):
-        torch.manual_seed(seed)
-        cfg = AdamConfig(lr=1e-2, weight_decay=0.1, adamw=adamw)
-        params = [torch.randn(n) for n in sizes]
-        ref = [p.clone().requires_grad_() for p in params]
-        opt = (torch.optim.AdamW if adamw else torch.optim.Adam)(ref, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        ms, vs = [torch.zeros(n) for n in sizes], [torch.zeros(n) for n in sizes]
-        for s in range(1, steps + 1):
-            grads = [torch.randn(n) for n in sizes]
-            for r, g in zip(ref, grads):
-                r.grad = g.clone()
-            opt.step()
-            adam_step(params, grads, ms, vs, s, cfg, backend="numba_cuda")
-        result[mode] = max(((p - r.detach()).abs().max() / r.detach().abs().max()).item()
-                           for p, r in zip(params, ref))
+        result[mode] = compare_with_torch("numba_cuda", sizes, steps, adamw=adamw, seed=seed)["max_rel_error"]
     return result
 
 

@@ -1,0 +1,40 @@
+"""Agreement of a backend with torch.optim.AdamW (or Adam with L2) over several steps."""
+from __future__ import annotations
+
+import torch
+
+from zero_ref.optim import AdamConfig
+
+
+def compare_with_torch(backend: str, sizes=(1, 7, 1000), steps: int = 10, adamw: bool = True, lr: float = 1e-2,
+                       weight_decay: float = 0.1, device: str = "cpu", seed: int = 0, step_fn=None) -> dict:
+    """Step the same random tensors with ``torch.optim`` and with ``adam_step(backend=...)``.
+
+    ``step_fn(params, grads, exp_avgs, exp_avg_sqs, step, cfg)`` replaces ``adam_step`` (to check
+    a student's kernel). Returns ``max_rel_error`` (the largest ``max|p - p_ref| / max|p_ref|``
+    over the tensors), ``moments_equal`` and ``params_equal`` (bit for bit).
+    """
+    from zero_ref.kernels import adam_step
+
+    gen = torch.Generator().manual_seed(seed)
+    params = [torch.randn(n, generator=gen).to(device) for n in sizes]
+    ref = [p.clone().requires_grad_() for p in params]
+    opt = (torch.optim.AdamW if adamw else torch.optim.Adam)(ref, lr=lr, weight_decay=weight_decay)
+    ms, vs = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    cfg = AdamConfig(lr=lr, weight_decay=weight_decay, adamw=adamw)
+    for step in range(1, steps + 1):
+        grads = [torch.randn(n, generator=gen).to(device) for n in sizes]
+        for r, g in zip(ref, grads):
+            r.grad = g.clone()
+        opt.step()
+        if step_fn is None:
+            adam_step(params, grads, ms, vs, step, cfg, backend=backend)
+        else:
+            step_fn(params, grads, ms, vs, step, cfg)
+    ref = [r.detach() for r in ref]
+    return {
+        "max_rel_error": max(((p - r).abs().max() / r.abs().max()).item() for p, r in zip(params, ref)),
+        "moments_equal": all(torch.equal(m, opt.state[r_]["exp_avg"]) and torch.equal(v, opt.state[r_]["exp_avg_sq"])
+                             for m, v, r_ in zip(ms, vs, opt.param_groups[0]["params"])),
+        "params_equal": all(torch.equal(p, r) for p, r in zip(params, ref)),
+    }
