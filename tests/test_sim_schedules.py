@@ -57,3 +57,28 @@ def test_bad_schedules_are_named():
         sim.schedule_order("1f1b", 4, 8, 2)
     with pytest.raises(ValueError, match="schedule must be one of"):
         sim.pipeline_timeline(4, 8, "zb-h1")
+
+
+@pytest.mark.parametrize("schedule,p,m,v", [("1f1b", 4, 8, 1), ("1f1b", 3, 5, 1), ("interleaved", 2, 4, 2),
+                                            ("interleaved", 4, 8, 2), ("interleaved", 2, 6, 3)])
+def test_orders_equal_torch_pipelinings(schedule, p, m, v):
+    """Validation rung 2: the same per-rank action order as torch.distributed.pipelining (2.13).
+
+    torch's stage index for chunk c of rank r is c·p + r, as ours. For plain 1F1B its visualizer
+    labels the last rank's forwards one micro-batch too high (it prints '3F8' when p = 4, m = 8),
+    so on that rank only the sequence of kinds and the backwards are compared. GPipe differs on purpose: torch runs the
+    backwards in micro-batch order, sim.pipeline last-in-first-out (as the GPipe paper draws it).
+    """
+    pytest.importorskip("torch")
+    from torch.distributed.pipelining import _schedule_visualizer as vis
+    name = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B"}[schedule]
+    rows = vis.get_schedule_ops(name, p, m, num_stages_per_rank=v if v > 1 else None)
+    for rank, row in enumerate(rows):
+        theirs = [(a.computation_type.name, a.microbatch_index, a.stage_index // p)
+                  for a in row if a is not None and a.computation_type.name in ("FORWARD", "FULL_BACKWARD")]
+        ours = [("FORWARD" if k == "F" else "FULL_BACKWARD", i, c) for k, i, c in sim.stage_order(schedule, p, m, rank, v)]
+        if rank < p - 1 or v > 1:
+            assert theirs == ours
+        else:
+            assert [t[0] for t in theirs] == [o[0] for o in ours]
+            assert [t for t in theirs if t[0] == "FULL_BACKWARD"] == [o for o in ours if o[0] == "FULL_BACKWARD"]
