@@ -104,7 +104,7 @@ class Costs:
             v = getattr(self, f.name)
             if f.name == "adam_bytes_per_param" and v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or (
                     v == 0 and not f.name.startswith("alpha")):
                 raise ValueError(f"Costs.{f.name} must be a positive number (alphas may be 0), got {v!r}")
 

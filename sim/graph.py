@@ -17,6 +17,9 @@ then a send of the op's output to the neighbouring stage (pp_comm). After the la
 global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the GPU, or (NVMe read
 →) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
 Each node may carry memory deltas (category, tier, bytes) applied at its start or end.
+
+Parameters are spread evenly over the layers (Ψ/L each, embeddings included), as zero_ref.memory
+splits Ψ evenly over tp·pp; the output head's FLOPs (2bshV) run on the last stage when ``head``.
 """
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ ZeRO-3 parameters live from their all-gather to the end of the compute that uses
 gradient buckets from the backward to their reduce-scatter. Sorting every delta by time (frees
 before allocations at the same instant: a buffer freed as another is allocated is not held twice)
 and taking cumulative sums gives the timeline; its maxima are the peaks.
+
+Not modelled yet: the first and last stages' extra activations (embedding dropout, logits),
+pinned host buffers and NVMe staging, the caching allocator's rounding (reserved vs allocated).
 """
 from __future__ import annotations
 

@@ -28,15 +28,20 @@ def test_import_sim_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 4]),
-       zero=st.integers(0, 3), m=st.integers(1, 6), offload=st.booleans(),
-       schedule=st.sampled_from(["gpipe", "1f1b"]), overlap=st.booleans())
-def test_every_node_starts_after_its_dependencies_and_its_stream(tp, pp, dp, zero, m, offload, schedule, overlap):
+       zero=st.integers(0, 3), k=st.integers(1, 3), offload=st.sampled_from(["none", "cpu", "nvme", "nvme+param"]),
+       schedule=st.sampled_from(["gpipe", "1f1b", "interleaved"]), overlap=st.booleans(), sp=st.booleans(),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_every_node_starts_after_its_dependencies_and_its_stream(tp, pp, dp, zero, k, offload, schedule, overlap,
+                                                                  sp, recompute):
     if tp * pp * dp > 16:
         return
-    r = run(tp=tp, pp=pp, dp=dp, zero_stage=zero, num_microbatches=m, schedule=schedule, overlap_comm=overlap,
-            offload_optimizer="cpu" if offload and zero else "none")
+    opt = "none" if zero == 0 else "cpu" if zero < 3 and offload != "none" else offload.split("+")[0]
+    param = "nvme" if zero == 3 and offload == "nvme+param" else "none"
+    r = run(tp=tp, pp=pp, dp=dp, zero_stage=zero, num_microbatches=k * pp, schedule=schedule,
+            virtual=2 if schedule == "interleaved" else 1, overlap_comm=overlap, offload_optimizer=opt,
+            offload_param=param, sequence_parallel=sp and tp > 1, recompute=recompute)
     g, start, end = r.graph, r.start, r.end
     assert np.all(end >= start)
     last = {}
