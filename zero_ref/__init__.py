@@ -6,7 +6,8 @@ Everything that needs torch is loaded on first use.
 """
 from importlib import import_module
 
-_MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim", "stages", "batch", "zero_init")
+_MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim", "stages", "batch", "zero_init",
+            "offload", "nvme")
 __all__ = ["launch", "LaunchError", "RankError", "RankTimeout", *_MODULES]
 
 _LAZY = {

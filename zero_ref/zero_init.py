@@ -53,6 +53,8 @@ class Unit:
     def __init__(self, name: str, params: list[nn.Parameter], group=None):
         self.name, self.params, self.group = name, params, group
         self.rank = dist.get_rank(group)
+        self.device = params[0].device  # where the gathered parameters compute
+        self.offload = None  # a ``zero_ref.offload.ParamOffload`` when ``part`` lives on the host or in a file
         self.layout = FlatLayout([p.shape for p in params], dist.get_world_size(group))
         self.part = torch.zeros(self.layout.shard_numel, dtype=params[0].dtype, device=params[0].device)
         for pc in self.layout.pieces(self.rank):  # copy just our slices: no full flat copy is made
@@ -73,14 +75,21 @@ class Unit:
     def flat_param(self) -> torch.Tensor:
         """What stages 0–2 call the flat parameter (they size gradient buffers from it): the full buffer
         when gathered, else a one-element stand-in with its shape, dtype and device."""
-        return self.full if self.full is not None else self.part.new_empty(1).expand(self.size)
+        return self.full if self.full is not None else self._empty(1).expand(self.size)
 
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         return self.layout.shard(flat, self.rank)
 
+    def _empty(self, n: int) -> torch.Tensor:
+        return torch.empty(n, dtype=self.part.dtype, device=self.device)
+
+    def device_part(self) -> torch.Tensor:
+        """This rank's shard on the compute device: ``part``, or a copy in from the host / NVMe (offload_param)."""
+        return self.part if self.offload is None else self.offload.fetch(self)
+
     def gather(self, async_op: bool = False) -> None:
-        self.full = self.part.new_empty(self.size)
-        self.work = comm.all_gather(self.full, self.part, group=self.group, async_op=async_op)
+        self.full = self._empty(self.size)
+        self.work = comm.all_gather(self.full, self.device_part(), group=self.group, async_op=async_op)
         if not async_op:
             self.wait()
 
@@ -98,12 +107,18 @@ class Unit:
             self.work = None
         self.full = None
         for p in self.params:
-            p.data = self.part.new_empty(0)
+            p.data = self._empty(0)
 
     def repartition(self) -> None:
         """Keep this rank's shard of the (edited) full buffer, in the fp32 master shard too."""
-        self.part.copy_(self.shard(self.full))
-        master = getattr(self, "master", self.part)  # a stage's fp32 master under mixed precision
+        if self.offload is not None:
+            self.offload.write_part(self, self.shard(self.full))
+        else:
+            self.part.copy_(self.shard(self.full))
+        master = getattr(self, "master", self.part)  # a stage's fp32 master (mixed precision or offloaded)
+        if master is None:
+            raise NotImplementedError(f"editing '{self.name}' with GatheredParameters(modifier_rank=...) while its "
+                                      "optimizer states are on NVMe is not supported")
         if master is not self.part:
             master.copy_(self.shard(self.full))
 

@@ -14,6 +14,10 @@ registration order (the order backward usually produces gradients). Each bucket 
 padded buffer (``FlatLayout``) that the parameters' ``.data`` view into; rank r owns shard r of
 every bucket. Collectives are issued bucket by bucket in a fixed order, so every rank issues the
 same sequence even if its gradients become ready in a different order.
+
+ZeRO-Offload and ZeRO-Infinity (``offload_optimizer``, ``offload_param``: DeepSpeed's config sections)
+keep the optimizer's shard on the host or on NVMe: that code is zero_ref/offload.py's, and the stages
+call it at the few places marked "offload".
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from zero_ref import comm
+from zero_ref import comm, offload
 from zero_ref.flat import FlatLayout
 from zero_ref.optim import AdamConfig, adam_step_
 from zero_ref.precision import PRECISIONS as DTYPES
@@ -76,7 +80,9 @@ class ZeroOptimizerBase:
 
     def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32",
                  group=None, reduce_bucket_size: int = int(5e8), overlap_comm: bool = True,
-                 gradient_accumulation_steps: int = 1, gradient_clipping: float = 0.0, loss_scaler=None):
+                 gradient_accumulation_steps: int = 1, gradient_clipping: float = 0.0, loss_scaler=None,
+                 offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
+                 sub_group_size: int = int(1e9), cpu_adam: str = "numba"):
         if precision not in DTYPES:
             raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
         if not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1:
@@ -100,6 +106,11 @@ class ZeroOptimizerBase:
         self.skipped_steps = 0
         self.last_grad_norm: float | None = None
         self._pending: list = []  # (work handle, callback) of collectives in flight
+        # ZeRO-Offload / ZeRO-Infinity (zero_ref.offload): None unless configured. DeepSpeed's config sections.
+        device = next(module.parameters()).device
+        self.offload, self.param_offload = offload.make(
+            self.stage, device=device, offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
+            sub_group_size=sub_group_size, cpu_adam=cpu_adam, rank=self.rank, world_size=self.world_size)
         self.buckets = self._build(module, reduce_bucket_size)
 
     # ---------------------------------------------------------------- set-up
@@ -113,6 +124,8 @@ class ZeroOptimizerBase:
         buckets = make_buckets(params, bucket_size, self.world_size, self.rank)
         for b in buckets:
             self._init_bucket(b, masters)
+        if self.offload is not None:
+            self.offload.attach(self, buckets)
         for b in buckets:
             for i, p in enumerate(b.params):
                 p.register_post_accumulate_grad_hook(self._make_hook(b, i))
@@ -217,13 +230,14 @@ class ZeroOptimizerBase:
             return False
         grads = self._grad_shards()  # fp32, this rank's part of every bucket
         inv_scale = 1.0 / self.loss_scale
-        sq = torch.zeros(2, dtype=torch.float64, device=self.buckets[0].flat_param.device)  # [Σg², non-finite]
+        sq = torch.zeros(2, dtype=torch.float64, device=grads[0].device)  # [Σg², non-finite]
         for g in grads:
             if inv_scale != 1.0:
                 g.mul_(inv_scale)
             sq[0] += torch.linalg.vector_norm(g).double() ** 2  # one pass, no copy; inf/nan propagate
         sq[1] = float(not math.isfinite(sq[0].item()))
         if self._grads_are_sharded():
+            sq = sq.to(self.buckets[0].flat_param.device)  # (from the host, with offload)
             comm.all_reduce(sq, group=self.group)  # global norm and overflow, the same on all ranks
         overflow = bool(sq[1] > 0) or not math.isfinite(sq[0].item())
         if self.loss_scaler is not None:
@@ -240,8 +254,11 @@ class ZeroOptimizerBase:
             for g in grads:
                 g.mul_(coef)
         self.global_steps += 1
-        for b, g in zip(self.buckets, grads):
-            adam_step_(b.master, g, b.exp_avg, b.exp_avg_sq, self.global_steps, self.adam)
+        if self.offload is not None:  # on the host; writes the updated shards back (zero_ref.offload)
+            self.offload.step(self, grads)
+        else:
+            for b, g in zip(self.buckets, grads):
+                adam_step_(b.master, g, b.exp_avg, b.exp_avg_sq, self.global_steps, self.adam)
         self._publish_params()
         self._zero_grads()
         return True
@@ -256,7 +273,7 @@ class ZeroOptimizerBase:
         """Write each updated shard into the flat parameters and all-gather them (stages 1–2)."""
         for b in self.buckets:
             mine = b.shard(b.flat_param)
-            if b.master.data_ptr() != mine.data_ptr():  # mixed precision: cast the fp32 master down
+            if self.offload is None and b.master.data_ptr() != mine.data_ptr():  # mixed precision: cast down
                 mine.copy_(b.master)
             self._async(comm.all_gather(b.flat_param, mine, group=self.group, async_op=self.overlap_comm))
         self._wait_all()
@@ -272,7 +289,8 @@ class ZeroOptimizerBase:
         out = {"params": [], "grads": [], "optimizer": []}
         for b in self.buckets:
             out["params"].append(b.flat_param)
-            out["grads"].append(b.grad_shard if self.stage == 2 else b.flat_grad)
+            # stage 2: the partition; stages 0-1: the full buffer (+ the host partition, with offload)
+            out["grads"] += [g for g in (getattr(b, "flat_grad", None), getattr(b, "grad_shard", None)) if g is not None]
             out["optimizer"] += [b.exp_avg, b.exp_avg_sq]
             if b.master.untyped_storage().data_ptr() != b.flat_param.untyped_storage().data_ptr():
                 out["optimizer"].append(b.master)  # a separate fp32 master copy (mixed precision)

@@ -19,9 +19,11 @@ class ZeroStage2(ZeroOptimizerBase):
         return True  # every micro-step: there is no full buffer to accumulate into
 
     def _init_bucket(self, b: Bucket, masters: dict) -> None:
-        b.grad_shard = torch.zeros(b.layout.shard_numel, dtype=self.dtype, device=b.flat_param.device)
         b.staging = None
         b.master = self._master_shard(b, masters, full=False)
+        if self.offload is not None:  # ZeRO-Offload: master, moments and the gradient shard (fp32) on the host
+            return self.offload.adopt(b)
+        b.grad_shard = torch.zeros(b.layout.shard_numel, dtype=self.dtype, device=b.flat_param.device)
         b.exp_avg = torch.zeros_like(b.master, dtype=torch.float32)
         b.exp_avg_sq = torch.zeros_like(b.master, dtype=torch.float32)
 
@@ -37,9 +39,11 @@ class ZeroStage2(ZeroOptimizerBase):
         b.staging = None
         mine = b.shard(staging)
         work = comm.reduce_scatter(mine, staging, group=self.group, async_op=self.overlap_comm)
-        self._async(work, lambda: b.grad_shard.add_(mine))
+        self._async(work, lambda: self.offload.add_grad(b, mine) if self.offload else b.grad_shard.add_(mine))
 
     def _grad_shards(self) -> list[torch.Tensor]:
+        if self.offload is not None:
+            return self.offload.grad_partitions(self.buckets, 1.0 / self.world_size)
         # .float() is the tensor itself in fp32 and a copy otherwise; gradients are zeroed after the step.
         return [b.grad_shard.float().mul_(1.0 / self.world_size) for b in self.buckets]
 

@@ -34,7 +34,8 @@ same error naming every rank's module if they differ.
 Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per
 parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
 (``reduce_bucket_size`` is unused); no ``max_reuse_distance``; ``max_live_parameters`` also evicts
-on demand (DeepSpeed only caps prefetch with it); no offload; no ``register_external_parameter``
+on demand (DeepSpeed only caps prefetch with it); offload (``offload_optimizer``, ``offload_param``: CPU or
+NVMe) is zero_ref/offload.py's; no ``register_external_parameter``
 (a module may only use parameters it holds); DeepSpeed has no header check.
 """
 from __future__ import annotations
@@ -70,7 +71,9 @@ class ZeroStage3(ZeroStage2):
     def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32", group=None,
                  reduce_bucket_size: int = int(5e8), overlap_comm: bool = True, gradient_accumulation_steps: int = 1,
                  gradient_clipping: float = 0.0, loss_scaler=None, prefetch_bucket_size: int = int(5e7),
-                 param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9)):
+                 param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9),
+                 offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
+                 sub_group_size: int = int(1e9), cpu_adam: str = "numba"):
         self.prefetch_bucket_size, self.max_live = prefetch_bucket_size, max_live_parameters
         self.persistence_threshold = param_persistence_threshold
         self.peak_live_numel = 0  # most gathered elements at once (persistent units aside)
@@ -80,7 +83,9 @@ class ZeroStage3(ZeroStage2):
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
-                         gradient_clipping=gradient_clipping, loss_scaler=loss_scaler)
+                         gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
+                         offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
+                         sub_group_size=sub_group_size, cpu_adam=cpu_adam)
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[Unit]:
@@ -110,6 +115,12 @@ class ZeroStage3(ZeroStage2):
             module.to(self.dtype)  # buffers; the parameters are empty here
         for b in buckets:
             self._init_bucket(b, masters)  # ZeRO-2's: gradient shard, master shard, Adam moments
+        if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
+            for u in self.units:
+                self.param_offload.adopt(u)
+        if self.offload is not None:
+            self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
+        for b in buckets:
             for i, p in enumerate(b.params):
                 p.register_hook(self._placeholder(p))
                 p.register_post_accumulate_grad_hook(self._make_hook(b, i))
@@ -168,7 +179,7 @@ class ZeroStage3(ZeroStage2):
         """All ranks check that they are about to run the same collective on the same unit."""
         if self.world_size == 1:
             return
-        mine = torch.tensor([u.index, op], device=u.part.device)
+        mine = torch.tensor([u.index, op], device=u.device)
         rows = mine.new_empty(2 * self.world_size)
         comm.all_gather(rows, mine, group=self.group)
         ranks: dict[tuple, list[int]] = {}  # (unit, op) -> the ranks about to run it
@@ -251,7 +262,7 @@ class ZeroStage3(ZeroStage2):
     def _on_grad_ready(self, b: Unit, i: int, param: torch.Tensor) -> None:
         super()._on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
         if b.full is None or b.work is not None:
-            param.data = b.part.new_empty(0)  # drop the placeholder
+            param.data = b.flat_param.new_empty(0)  # drop the placeholder
 
     def _reduce_bucket(self, b: Unit) -> None:
         self._agree(b, REDUCE)
@@ -277,15 +288,16 @@ class ZeroStage3(ZeroStage2):
             out["params"] += [u.part] + ([u.full] if u.full is not None else [])
         for b in self.buckets:
             out["grads"].append(b.grad_shard)
-            out["optimizer"] += [b.exp_avg, b.exp_avg_sq] + ([b.master] if b.master is not b.part else [])
+            out["optimizer"] += [t for t in (b.exp_avg, b.exp_avg_sq, b.master)  # (None: swapped to NVMe)
+                                 if t is not None and t is not b.part]
         return out
 
     def _publish_params(self) -> None:
         for b in self.buckets:
-            if b.master is not b.part:
+            if self.offload is None and b.master is not b.part:
                 b.part.copy_(b.master)  # mixed precision: cast the fp32 master down
             if b.persistent:
-                self._async(comm.all_gather(b.full, b.part, group=self.group, async_op=self.overlap_comm))
+                self._async(comm.all_gather(b.full, b.device_part(), group=self.group, async_op=self.overlap_comm))
         self._wait_all()
 
     def _check_gathered(self, mod: nn.Module, prefix: str, keep_vars: bool) -> None:
