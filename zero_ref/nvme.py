@@ -362,6 +362,7 @@ class SubGroupSwapper:
         self._free = [torch.zeros(width, dtype=torch.float32, pin_memory=pin_memory)
                       for _ in range(min(self.slots, len(numels)))]
         self.buffers = list(self._free)  # every host buffer (for memory accounting)
+        self.schedule: list[tuple[str, int]] = []  # program order of the last run: ("read", i), ("step", i), ...
 
     @staticmethod
     def key(i: int) -> str:
@@ -379,14 +380,16 @@ class SubGroupSwapper:
     def run(self, step_fn, order: list[int] | None = None) -> None:
         """Step every sub-group (in ``order``) and write it back, inside an open store version."""
         order = list(range(len(self.numels))) if order is None else order
+        self.schedule = []
         reads: dict[int, tuple[Future, torch.Tensor]] = {}
-        writes: list[tuple[Future, torch.Tensor]] = []
+        writes: list[tuple[int, Future, torch.Tensor]] = []
 
         def take_buffer() -> torch.Tensor:
             while not self._free:  # every buffer is being written back: wait for the oldest write
-                fut, buf = writes.pop(0)
+                j, fut, buf = writes.pop(0)
+                self.schedule.append(("wait-write", j))
                 try:
-                    self._wait(fut, "wait-write")
+                    self._wait(fut, f"wait-write{j}")
                 finally:
                     self._free.append(buf)
             return self._free.pop()
@@ -395,6 +398,7 @@ class SubGroupSwapper:
             buf = take_buffer()
             n = self.n_states * self.numels[i]
             reads[i] = (self.store.read(self.key(i), buf[:n]), buf)
+            self.schedule.append(("read", i))
 
         try:
             for pos, i in enumerate(order):
@@ -406,21 +410,23 @@ class SubGroupSwapper:
                 if self.pipeline_read and nxt is not None and (self._free or writes):
                     start_read(nxt)  # prefetch: read i+1 while i steps
                 start = self.log.now()
+                self.schedule.append(("step", i))
                 step_fn(i, self._views(buf, i))
                 self.log.add("step", f"sub-group {i}", start, self.log.now(), 4 * self.numels[i])
                 fut = self.store.write(self.key(i), buf[:self.n_states * self.numels[i]])
+                self.schedule.append(("write", i))
                 if self.pipeline_write:
-                    writes.append((fut, buf))
+                    writes.append((i, fut, buf))
                 else:
                     self._wait(fut, f"wait-write{i}")
                     self._free.append(buf)
-        finally:
-            for fut, buf in list(reads.values()) + writes:
+        finally:  # (after a failure too) nothing may still be writing into a buffer we hand out again
+            for fut, _ in list(reads.values()) + [(f, b) for _, f, b in writes]:
                 try:
                     fut.result()
                 except Exception:  # noqa: BLE001 - reported by the store's wait_writes
                     pass
-                self._free.append(buf)
+            self._free = list(self.buffers)
 
     def _wait(self, fut: Future, what: str) -> None:
         start = self.log.now()
@@ -429,7 +435,10 @@ class SubGroupSwapper:
         except SwapError:
             raise
         except Exception as e:  # noqa: BLE001
-            raise SwapError(f"{what}: {e}") from e
+            verb, i = ("writing", what[len("wait-write"):]) if what.startswith("wait-write") else \
+                ("reading", what[len("wait-read"):])
+            raise SwapError(f"{verb} sub-group {i} in {self.store.dir} failed ({e}); the swap files still hold "
+                            "the previous version") from e
         end = self.log.now()
         if end - start > 1e-4:
             self.log.add("wait", what, start, end)

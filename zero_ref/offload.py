@@ -320,7 +320,7 @@ class OptimizerOffload:
         io = nvme.AsyncFileIO(self.aio.block_size, self.aio.queue_depth, self.aio.intra_op_parallelism,
                               self.aio.single_submit, self.aio.overlap_events)
         self.store = nvme.VersionedStore(path, io, prefix=f"zero_ref_rank{self.rank}_")
-        weakref.finalize(self, _close_store, self.store)
+        self._finalizer = weakref.finalize(self, _close_store, self.store)  # swap files are scratch: removed
         self.swapper = nvme.SubGroupSwapper(self.store, numels, n_states=3, buffer_count=self.cfg.buffer_count,
                                             pipeline_read=self.cfg.pipeline_read, pipeline_write=self.cfg.pipeline_write,
                                             pin_memory=self.link.pin)
@@ -332,6 +332,11 @@ class OptimizerOffload:
         self.store.commit()
         for b in buckets:
             b.master = b.exp_avg = b.exp_avg_sq = None  # they live in the files now
+
+    def close(self) -> None:
+        """Stop the I/O threads and delete this rank's swap files (also done when the object is collected)."""
+        if self.store is not None:
+            self._finalizer()
 
     @property
     def log(self):
