@@ -1,9 +1,14 @@
 """How long things take: FLOPs → seconds, bytes → seconds over the right link (alpha-beta model).
 
-Compute: t = FLOPs / (peak × efficiency). A transformer layer's forward on b sequences of s
+Compute, a roofline summed over a layer's kernels: t = FLOPs / (peak × efficiency) for the GEMMs
+plus bytes / (HBM bandwidth × hbm_efficiency) for the memory-bound element-wise kernels (LayerNorm,
+dropout, GeLU, softmax, residual adds), which barely compute but move every activation
+(``layer_elementwise_bytes`` counts them). A transformer layer's forward on b sequences of s
 tokens costs 2·b·s·(4h² + k·h·f) + 4·b·s²·h FLOPs (k = 2 MLP matrices, 3 if gated), which is
 24bsh² + 4bs²h for the GPT MLP f = 4h; backward costs twice the forward; full recomputation adds
-a forward, selective recomputation the attention core 4bs²h.
+a forward, selective recomputation the attention core 4bs²h (and its softmax and dropout). The
+element-wise share of a layer's time falls as 1/h and as h/(a·s) (the attention scores): this is
+what makes a small model's compute less efficient than a large one's at the same GEMM efficiency.
 
 Collectives of S bytes over n ranks on a link of bandwidth B (after efficiency) and latency α:
 
@@ -36,6 +41,38 @@ def layer_forward_flops(model, batch: int) -> float:
 def attention_core_flops(model, batch: int) -> float:
     """Forward FLOPs of QKᵀ and attention × V in one layer: 4bs²h (what selective recompute redoes)."""
     return 4 * batch * model.seq * model.seq * model.hidden
+
+
+def layer_elementwise_bytes(model, batch: int, *, tp: int = 1, sp: bool = False, width: int = 1) -> dict:
+    """HBM bytes one layer's memory-bound kernels move on one tensor-parallel rank, per pass.
+
+    Counted tensor by tensor for Megatron's fused kernels (a tensor read or written once each),
+    with x an s·b·h activation (split over TP only with sequence parallelism ``sp``), i the s·b·f
+    MLP intermediate (two for a gated MLP) and A the a·s²·b attention scores (both split over TP), 16-bit (× ``width``)
+    plus 1-byte dropout masks m:
+
+        forward   2 LayerNorms 4x, 2 bias-dropout-adds 6x + 2m_x, bias-GeLU 2i,
+                  scale-mask-softmax 2A, attention dropout 2A + m_A, score GEMMs 2A
+        backward  2 bias-dropout-adds 6x + 2m_x (with the bias gradients), 2 LayerNorms 12x (with
+                  the residual-gradient adds), bias-GeLU 4i, attention dropout 2A + m_A, softmax 3A,
+                  score GEMMs 4A
+        attention_core  what selective recomputation re-runs: QKᵀ, softmax, dropout, 5A + m_A
+
+    The score GEMMs (QKᵀ and scores × V, head dimension 128) are memory-bound on the roofline
+    (≈ 110 FLOP/byte against an A100's ≈ 190), so the scores they write and read are counted here
+    as well as their FLOPs being timed (a sum where the roofline takes a max: slightly
+    pessimistic). Other GEMM operands are not counted. Returns {'forward', 'backward',
+    'attention_core'}; ``Costs.elementwise_traffic`` scales them.
+    """
+    s, b, h, a, t = model.seq, batch, model.hidden, model.heads, tp
+    e = 2 * width                                   # bytes per activation element
+    x_el = s * b * h / (t if sp else 1)             # LayerNorm / dropout / residual tensors
+    i_el = s * b * model.ffn_hidden * (2 if model.gated else 1) / t
+    a_el = a * s * s * b / t
+    x, i, A = e * x_el, e * i_el, e * a_el
+    return {"forward": 10 * x + 2 * x_el + 2 * i + 6 * A + a_el,
+            "backward": 18 * x + 2 * x_el + 4 * i + 9 * A + a_el,
+            "attention_core": 5 * A + a_el}
 
 
 def head_forward_flops(model, batch: int) -> float:
@@ -78,7 +115,9 @@ def point_to_point(size: float, alpha: float, bw: float) -> float:
 class Costs:
     """Every constant of the cost model (defaults are plausible, uncalibrated guesses).
 
-    ``efficiency``: achieved share of peak dense FLOP/s for layer compute. ``*_efficiency`` scale
+    ``efficiency``: achieved share of peak dense FLOP/s for GEMMs. ``elementwise_traffic`` scales
+    the bytes ``layer_elementwise_bytes`` counts for the memory-bound kernels (timed at
+    ``hbm_efficiency`` × the GPU's bandwidth; see the module docstring). ``*_efficiency`` scale
     a link's raw bandwidth to what NCCL or a copy engine achieves (ASTRA-sim measured 741 of
     900 GB/s on H100 NVLink, ≈ 0.8). ``alpha_*``: per-step latency in seconds. ``cpu_adam_rate``:
     parameters per second CPU Adam updates on one node (shared by its GPUs). ``adam_bytes_per_param``:
@@ -86,6 +125,7 @@ class Costs:
     """
 
     efficiency: float = 0.5
+    elementwise_traffic: float = 1.0
     hbm_efficiency: float = 0.8
     nvlink_efficiency: float = 0.8
     ib_efficiency: float = 0.8
@@ -110,7 +150,7 @@ class Costs:
 
     @classmethod
     def compute_only(cls, efficiency: float = 0.5) -> "Costs":
-        """Free communication, copies and optimizer: only layer compute takes time (closed-form checks)."""
+        """Free communication, copies, optimizer and element-wise kernels: only FLOPs take time (closed forms)."""
         inf = math.inf
         return cls(efficiency=efficiency, hbm_efficiency=inf, nvlink_efficiency=inf, ib_efficiency=inf,
                    pcie_efficiency=inf, nvme_efficiency=inf, alpha_nvlink=0.0, alpha_ib=0.0,
@@ -126,7 +166,8 @@ class Costs:
 class CostModel:
     """Durations of work items for one (cluster, plan, costs): the links are resolved once.
 
-    A work item is a tuple ``(op, amount, axis, count)``: op 'compute' (FLOPs), 'adam' and
+    A work item is a tuple ``(op, amount, axis, count)``: op 'compute' (FLOPs; its third field
+    holds the bytes of its element-wise kernels, or '' for none), 'adam' and
     'cpu_adam' (parameters), 'all_reduce' | 'reduce_scatter' | 'all_gather' (bytes over ``axis``
     'tp' | 'dp' | 'world'), 'p2p', 'h2d', 'd2h', 'nvme_read', 'nvme_write' (bytes); ``count``
     repeats it back to back.
@@ -162,6 +203,8 @@ class CostModel:
         c, cl = self.costs, self.cluster
         if op == "compute":
             t = amount / self.flops_rate
+            if axis:  # memory-bound element-wise kernels
+                t += axis * c.elementwise_traffic / (cl.gpu.hbm_bw * c.hbm_efficiency)
         elif op == "all_reduce":
             t = self.all_reduce(amount, axis)[0]
         elif op in ("reduce_scatter", "all_gather"):

@@ -10,10 +10,12 @@ Per micro-batch op (F or B of one model chunk on one stage) and layer group:
 
     [ZeRO-3: (NVMe read →) (H2D →) all-gather of the group, one group ahead]  dp_comm
     compute of the group                                                   compute
-    TP collectives of the group (blocking: the next group waits)           tp_comm
+    TP collectives of the group (blocking: the next compute waits)         tp_comm
     B: gradient reduce per bucket (stage 0: all-reduce, 1–3: reduce-scatter;
        0–1 after the last micro-batch's backward, 2–3 after every one) (→ D2H when offloading)  dp_comm
-then a send of the op's output to the neighbouring stage (pp_comm). After the last op: an optional
+then a send of the op's output to the neighbouring stage (pp_comm; each TP rank sends 1/t of it,
+Megatron's scatter/gather). A compute node's work holds its FLOPs and the bytes of its element-wise
+kernels (sim.cost.layer_elementwise_bytes). After the last op: an optional
 global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the GPU, or (NVMe read
 →) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
 Each node may carry memory deltas (category, tier, bytes) applied at its start or end.
@@ -24,7 +26,7 @@ splits Ψ evenly over tp·pp; the output head's FLOPs (2bshV) run on the last st
 from __future__ import annotations
 
 from zero_ref.memory import activation_bytes_per_layer, recipe
-from sim.cost import attention_core_flops, head_forward_flops, layer_forward_flops
+from sim.cost import attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_forward_flops
 from sim.pipeline import dependency, schedule_order
 
 STREAMS = ("compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "nvme", "cpu")
@@ -119,16 +121,22 @@ class _Lowering:
         fwd = layer_forward_flops(model, b) / tp
         bwd = 2 * fwd + {"none": 0, "selective": attention_core_flops(model, b) / tp, "full": fwd}[rc]
         hf = head_forward_flops(model, b) / tp if head else 0.0
-        self.work_f = [("compute", gl * fwd, "", 1), ("compute", gl * fwd + hf, "", 1)]  # [plain, with head]
-        self.work_b = [("compute", gl * bwd, "", 1), ("compute", gl * bwd + 2 * hf, "", 1)]
+        # element-wise kernels' bytes, forward and backward (plus what the backward recomputes)
+        act = lambda rec: width * activation_bytes_per_layer(model.seq, b, model.hidden, model.heads,
+                                                             tp=tp, sp=sp, recompute=rec)
+        ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width)
+        ew_f, ew_b = ew["forward"], ew["backward"] + {"none": 0.0, "selective": ew["attention_core"],
+                                                      "full": ew["forward"]}[rc]
+        self.work_f = [("compute", gl * fwd, gl * ew_f, 1),  # [plain, with the output head]
+                       ("compute", gl * fwd + hf, gl * ew_f, 1)]
+        self.work_b = [("compute", gl * bwd, gl * ew_b, 1), ("compute", gl * bwd + 2 * hf, gl * ew_b, 1)]
         msg = 2 * width * b * model.seq * model.hidden
         op, per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)  # SP: 2 AG + 2 RS, same cost as 2 AR
         self.tp_f = (op, msg, "tp", per_layer * gl) if tp > 1 else None
         self.tp_b = (op, msg, "tp", per_layer * gl * (2 if rc == "full" else 1)) if tp > 1 else None
-        self.p2p = ("p2p", msg / (tp if sp else 1), "pp", 1)
+        # Megatron's scatter/gather (Narayanan et al. §4.1): each TP rank sends 1/t of the activation
+        self.p2p = ("p2p", msg / tp, "pp", 1)
         self.P = model.num_params * gl / (tp * model.layers)  # parameters of one group on one TP rank
-        act = lambda rec: width * activation_bytes_per_layer(model.seq, b, model.hidden, model.heads,
-                                                             tp=tp, sp=sp, recompute=rec)
         self.act = gl * act(rc)
         self.act_transient = 0.0 if rc == "none" else act("none") - (act(rc) if rc == "selective" else 0)
         self.order = schedule_order(plan.schedule, p, m, v)
@@ -180,7 +188,11 @@ class _Lowering:
                 gathered[j + 1] = self.gather(s, i, c, groups[j + 1], ahead(j + 1))
             head = int(last_vs and grp == G - 1)
             work = self.work_f[head] if fwd else self.work_b[head]
-            comp = g.add("forward" if fwd else "backward", "compute", s, work, (prev, gathered[j]), i, c, grp)
+            # TP collectives block the compute stream (Megatron calls them synchronously inside the
+            # layer), so an op's first group also waits for the previous op's last TP collective.
+            blocking = g.last.get((s, "tp_comm")) if j == 0 and self.tp > 1 else None
+            comp = g.add("forward" if fwd else "backward", "compute", s, work, (prev, gathered[j], blocking),
+                         i, c, grp)
             comps.append(comp)
             if fwd:
                 g.mem(comp, "activation", self.act)
