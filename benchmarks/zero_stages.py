@@ -199,7 +199,7 @@ def main(argv=None):
                     default=["ddp", "zero1", "fsdp2_noreshard", "fsdp2", "deepspeed0", "deepspeed1", "deepspeed2",
                              "deepspeed3"])
     args = ap.parse_args(argv)
-    names = ["zero_ref0", "zero_ref1", "zero_ref2"] + args.peers
+    names = ["zero_ref0", "zero_ref1", "zero_ref2", "zero_ref3"] + args.peers
     for world in args.ranks:
         rows = {}
         if args.memory:  # one framework per launch: each process's peak RSS is its own
