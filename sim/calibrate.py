@@ -39,7 +39,6 @@ scale as b·s·h/t per layer, so the rows cannot separate ``bandwidth`` from
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -47,9 +47,9 @@ def layer_elementwise_bytes(model, batch: int, *, tp: int = 1, sp: bool = False,
     """HBM bytes one layer's memory-bound kernels move on one tensor-parallel rank, per pass.
 
     Counted tensor by tensor for Megatron's fused kernels (a tensor read or written once each),
-    with x an s·b·h activation (split over TP only with sequence parallelism ``sp``), i the s·b·f
-    MLP intermediate (two for a gated MLP) and A the a·s²·b attention scores (both split over TP), 16-bit (× ``width``)
-    plus 1-byte dropout masks m:
+    with x an s·b·h activation (split over TP only with sequence parallelism ``sp``), i the
+    s·b·f MLP intermediate (two for a gated MLP) and A the a·s²·b attention scores (both split
+    over TP), 16-bit (× ``width``), plus 1-byte dropout masks m:
 
         forward   2 LayerNorms 4x, 2 bias-dropout-adds 6x + 2m_x, bias-GeLU 2i,
                   scale-mask-softmax 2A, attention dropout 2A + m_A, score GEMMs 2A

@@ -5,7 +5,6 @@ sequence parallelism + selective recomputation) and then predicts every other pu
 (sim.published: the rest of Table 5 and Narayanan et al.'s Table 1). The bounds below are the
 errors reached, not targets chosen to pass: see the comments on each.
 """
-import math
 
 import numpy as np
 import pytest
