@@ -143,6 +143,9 @@ def test_the_swapper_equals_in_memory_state(numels, group, buffers, pipeline_rea
             for i, states in enumerate(ref):
                 update(i, states)
             order = swapper.schedule
+            model = nvme.swap_timeline([1.0] * len(sizes), [1.0] * len(sizes), [1.0] * len(sizes), buffer_count=buffers,
+                                       pipeline_read=pipeline_read, pipeline_write=pipeline_write)
+            assert [(k, i) for k, i, _, _ in model] == [x for x in order if x[0] != "wait-write"]  # the model's order
             for i in range(len(sizes)):  # read, then step, then write, for every sub-group
                 assert order.index(("read", i)) < order.index(("step", i)) < order.index(("write", i))
                 if pipeline_read and i + 1 < len(sizes):  # prefetch: i+1 is read before i steps
@@ -157,6 +160,19 @@ def test_the_swapper_equals_in_memory_state(numels, group, buffers, pipeline_rea
         assert sum(b.numel() * 4 for b in swapper.buffers) <= resident  # never more than buffer_count buffers
         store.io.close()
         store.close()
+
+
+def test_swap_timeline_by_hand():
+    # Serial: read, step, write, one sub-group after the other: 3 × (2 + 3 + 1) = 18.
+    serial = nvme.swap_timeline([2] * 3, [3] * 3, [1] * 3)
+    assert max(e for *_, e in serial) == 18
+    # Prefetch + background writes: reads hide behind steps; the FIFO queue makes read 2 wait for write 0.
+    piped = nvme.swap_timeline([2] * 3, [3] * 3, [1] * 3, buffer_count=9, pipeline_read=True, pipeline_write=True)
+    assert [(k, i, s, e) for k, i, s, e in piped] == [
+        ("read", 0, 0, 2), ("read", 1, 2, 4), ("step", 0, 2, 5), ("write", 0, 5, 6), ("read", 2, 6, 8),
+        ("step", 1, 5, 8), ("write", 1, 8, 9), ("step", 2, 8, 11), ("write", 2, 11, 12)]
+    with pytest.raises(ValueError, match="two to pipeline"):
+        nvme.swap_timeline([1], [1], [1], buffer_count=4, pipeline_read=True)
 
 
 def test_pipelining_needs_two_sub_groups_of_buffers():

@@ -336,6 +336,66 @@ def sub_group_plan(numels: list[int], sub_group_size: int) -> list[list[int]]:
     return plan
 
 
+def swap_timeline(read_s, step_s, write_s, *, buffer_count: int = 4, n_states: int = 3, pipeline_read: bool = False,
+                  pipeline_write: bool = False) -> list[tuple[str, int, float, float]]:
+    """The timeline ``SubGroupSwapper.run`` produces when sub-group i takes ``read_s[i]`` seconds to read,
+    ``step_s[i]`` to step and ``write_s[i]`` to write: (kind, i, start, end) in the order it issues them.
+
+    The model: one CPU thread runs the steps and issues the I/O in the swapper's program order (the same
+    buffer rules); one NVMe queue serves reads and writes one at a time, first come first served, so
+    they share its bandwidth. Prefetch hides sub-group i+1's read behind step i when the read is issued
+    first and the queue is free; a write issued before a read delays it.
+
+    >>> [(k, i, s, e) for k, i, s, e in swap_timeline([2, 2], [3, 3], [1, 1], buffer_count=6,
+    ...                                               pipeline_read=True, pipeline_write=True)]
+    [('read', 0, 0, 2), ('read', 1, 2, 4), ('step', 0, 2, 5), ('write', 0, 5, 6), ('step', 1, 5, 8), ('write', 1, 8, 9)]
+    """
+    n = len(read_s)
+    if not (len(step_s) == len(write_s) == n):
+        raise ValueError(f"read_s, step_s and write_s must have one entry per sub-group, got {n}, {len(step_s)}, "
+                         f"{len(write_s)}")
+    slots = buffer_count // n_states
+    if slots < 1 or ((pipeline_read or pipeline_write) and slots < 2):
+        raise ValueError(f"buffer_count={buffer_count} holds {slots} sub-group(s) of {n_states} buffers; one is "
+                         f"needed, two to pipeline")
+    free, cpu, disk = min(slots, n), 0, 0
+    events: list[tuple[str, int, float, float]] = []
+    read_end: dict[int, float] = {}
+    writes: list[tuple[int, float]] = []
+
+    def io(kind: str, i: int, duration: float) -> float:
+        nonlocal disk
+        start = max(cpu, disk)  # issued now, served after everything issued before
+        disk = start + duration
+        events.append((kind, i, start, disk))
+        return disk
+
+    def start_read(i: int) -> None:
+        nonlocal free, cpu
+        while free == 0:  # wait for the oldest write to free its buffer
+            _, end = writes.pop(0)
+            cpu = max(cpu, end)
+            free += 1
+        free -= 1
+        read_end[i] = io("read", i, read_s[i])
+
+    for i in range(n):
+        if i not in read_end:
+            start_read(i)
+        cpu = max(cpu, read_end.pop(i))
+        if pipeline_read and i + 1 < n and (free or writes):
+            start_read(i + 1)
+        events.append(("step", i, cpu, cpu + step_s[i]))
+        cpu += step_s[i]
+        end = io("write", i, write_s[i])
+        if pipeline_write:
+            writes.append((i, end))
+        else:
+            cpu = max(cpu, end)
+            free += 1
+    return events
+
+
 class SubGroupSwapper:
     """ZeRO-Infinity's optimizer step: sub-groups of flat fp32 states, swapped through a few host buffers.
 
