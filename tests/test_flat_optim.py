@@ -74,3 +74,15 @@ def test_flat_adam_equals_torch_bit_for_bit(adamw, wd):
 def test_bad_hyper_parameters():
     with pytest.raises(ValueError, match="betas\\[1\\]"):
         AdamConfig(betas=(0.9, 1.0))
+
+
+def test_chunked_step_is_bit_identical(monkeypatch):
+    import zero_ref.optim as optim
+    torch.manual_seed(1)
+    p, g = torch.randn(1000), torch.randn(1000)
+    states = [(p.clone(), torch.zeros(1000), torch.zeros(1000)) for _ in range(2)]
+    cfg = AdamConfig(lr=1e-2, weight_decay=0.1)
+    adam_step_(states[0][0], g, states[0][1], states[0][2], 1, cfg)
+    monkeypatch.setattr(optim, "CHUNK", 64)  # 16 chunks, the last one short
+    adam_step_(states[1][0], g, states[1][1], states[1][2], 1, cfg)
+    assert all(torch.equal(a, b) for a, b in zip(states[0], states[1]))

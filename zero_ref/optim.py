@@ -29,9 +29,21 @@ class AdamConfig:
                 raise ValueError(f"invalid Adam hyper-parameter {name}: {getattr(self, name.split('[')[0])}")
 
 
+CHUNK = 1 << 22  # elements per pass over a flat buffer: bounds the step's temporaries to a few MiB
+
+
 def adam_step_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
                step: int, cfg: AdamConfig) -> None:
-    """One Adam(W) step in place on ``param`` and both moments; ``step`` counts from 1."""
+    """One Adam(W) step in place on ``param`` and both moments; ``step`` counts from 1.
+
+    A long flat buffer is stepped in chunks: every operation is element-wise, so the result is
+    the same to the bit, but the temporaries (``sqrt``, the division) stay chunk-sized instead
+    of doubling the optimizer's memory for a moment."""
+    if param.dim() == 1 and param.numel() > CHUNK:
+        for s in range(0, param.numel(), CHUNK):
+            e = s + CHUNK
+            adam_step_(param[s:e], grad[s:e], exp_avg[s:e], exp_avg_sq[s:e], step, cfg)
+        return
     b1, b2 = cfg.betas
     if cfg.weight_decay:
         if cfg.adamw:
