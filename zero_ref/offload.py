@@ -371,6 +371,7 @@ class OptimizerOffload:
             for b, g in zip(opt.buckets, grads):
                 _cpu_adam([b.master], [g], [b.exp_avg], [b.exp_avg_sq], step, cfg, self.cpu_adam)
                 self._write_params(b, b.master)
+            self.link.poll()  # (CUDA: release the staging buffers of the copies that have landed)
             return
         grad_of = dict(zip(map(id, opt.buckets), grads))
         staged: list = []

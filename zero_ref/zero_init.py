@@ -111,14 +111,14 @@ class Unit:
 
     def repartition(self) -> None:
         """Keep this rank's shard of the (edited) full buffer, in the fp32 master shard too."""
-        if self.offload is not None:
-            self.offload.write_part(self, self.shard(self.full))
-        else:
-            self.part.copy_(self.shard(self.full))
         master = getattr(self, "master", self.part)  # a stage's fp32 master (mixed precision or offloaded)
         if master is None:
             raise NotImplementedError(f"editing '{self.name}' with GatheredParameters(modifier_rank=...) while its "
                                       "optimizer states are on NVMe is not supported")
+        if self.offload is not None:
+            self.offload.write_part(self, self.shard(self.full))
+        else:
+            self.part.copy_(self.shard(self.full))
         if master is not self.part:
             master.copy_(self.shard(self.full))
 
