@@ -54,9 +54,12 @@ def make_stepper(name, model, world):
 
     from zero_ref.measure import unique_storage_bytes
     if name.startswith("zero_ref"):
+        from zero_ref.models.gpt import Block
         from zero_ref.optim import AdamConfig
         from zero_ref.stages import STAGES
-        opt = STAGES[int(name[-1])](model, adam=AdamConfig(lr=LR, weight_decay=0.0))
+        # ZeRO-3 shards per transformer block, as the FSDP2 peer is wrapped (fully_shard per block).
+        extra = {"unit_modules": (Block,)} if name == "zero_ref3" else {}
+        opt = STAGES[int(name[-1])](model, adam=AdamConfig(lr=LR, weight_decay=0.0), **extra)
 
         def step(idx, tgt):
             _, loss = model(idx, tgt)

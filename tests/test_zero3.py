@@ -21,6 +21,7 @@ from zero_ref.models import GPT, GPTConfig
 from zero_ref.precision import DynamicLossScaler
 from zero_ref.stages import ZeroStage2, ZeroStage3
 from zero_ref.zero_init import GatheredParameters, Init
+from zero_ref.models import Block
 from zero_cases import ADAM, CFG, build_model, micro_batch, reference_params
 
 STEPS = zs.STEPS
@@ -32,6 +33,7 @@ CONFIGS = {
     "tiny_live": dict(max_live_parameters=1),           # one unit gathered at a time
     "persistent": dict(param_persistence_threshold=100),  # the LayerNorm units (48 elements) stay whole
     "gas2": dict(gradient_accumulation_steps=2),
+    "per_block": dict(unit_modules=(Block,)),           # a block's whole subtree is one unit (FSDP-style)
 }
 
 
@@ -89,6 +91,8 @@ def test_equals_single_process_adamw(runs):
         else:
             zs.assert_close_to_reference(state, ref, atol=1e-5)
         zs.assert_close_to_reference(res["gas2"]["state"], ref_gas2, atol=1e-5)  # GAS 2 = one 2×-sized batch
+        assert len(res["per_block"]["units"]) < len(res["default"]["units"])
+        zs.assert_close_to_reference(res["per_block"]["state"], ref, atol=1e-5)
         for name in ("no_prefetch", "tiny_live", "persistent"):  # the knobs move bytes, never values
             assert zs.max_diff(res[name]["state"], state) == 0, name
     for res in results[1:]:  # every rank ends with the same full parameters

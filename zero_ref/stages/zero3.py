@@ -73,7 +73,11 @@ class ZeroStage3(ZeroStage2):
                  gradient_clipping: float = 0.0, loss_scaler=None, prefetch_bucket_size: int = int(5e7),
                  param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9),
                  offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
-                 sub_group_size: int = int(1e9), cpu_adam: str = "numba"):
+                 sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = ()):
+        # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
+        # subtree, as FSDP's fully_shard per block does: fewer, larger collectives. Default: one unit per
+        # module's own parameters, as DeepSpeed partitions.
+        self.unit_modules = tuple(unit_modules)
         self.prefetch_bucket_size, self.max_live = prefetch_bucket_size, max_live_parameters
         self.persistence_threshold = param_persistence_threshold
         self.peak_live_numel = 0  # most gathered elements at once (persistent units aside)
@@ -90,8 +94,14 @@ class ZeroStage3(ZeroStage2):
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[Unit]:
         self.units, self._module_units, owner = [], {}, {}
+        grouped: set[int] = set()  # modules inside a unit_modules subtree: their parameters are its unit's
         for name, mod in module.named_modules():
-            own = [p for p in mod.parameters(recurse=False) if id(p) not in owner]  # tied: first holder owns
+            if id(mod) in grouped:
+                continue
+            group = bool(self.unit_modules) and isinstance(mod, self.unit_modules)
+            if group:
+                grouped.update(id(m) for m in mod.modules() if m is not mod)
+            own = [p for p in mod.parameters(recurse=group) if id(p) not in owner]  # tied: first holder owns
             for trainable in (True, False):
                 ps = [p for p in own if p.requires_grad == trainable]
                 if ps:
@@ -101,7 +111,7 @@ class ZeroStage3(ZeroStage2):
                     unit.index, unit.persistent = len(self.units), unit.numel <= self.persistence_threshold
                     self.units.append(unit)
                     owner.update((id(p), unit) for p in ps)
-            if units := list(dict.fromkeys(owner[id(p)] for p in mod.parameters(recurse=False))):
+            if units := list(dict.fromkeys(owner[id(p)] for p in mod.parameters(recurse=group))):
                 self._module_units[mod] = units
         buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
         if not buckets:
