@@ -40,14 +40,21 @@ __all__ = ["AdamConfig", "AdamConstants", "AdamTensors", "BACKENDS", "adam_step"
 
 
 class AdamConstants(NamedTuple):
-    """The per-step scalars of the fused kernels (computed in double, used in fp32, as torch does)."""
+    """The per-step scalars of the fused kernels (computed in double, used in fp32, as torch does).
+
+    The kernels update the moments with torch's operations (so AdamW's moments equal torch's bit
+    for bit) and form the denominator as DeepSpeed's CPU Adam does,
+    ``fma(sqrt(v), 1 / sqrt(1 - beta2^t), eps)``: one division per element instead of torch's
+    two (``sqrt(v) / sqrt(bc2)`` and ``m / denom``). Divisions and square roots share one slow
+    unit, and when the data sits in cache that unit is the bottleneck.
+    """
 
     decay: float          # AdamW: 1 - lr * weight_decay; Adam: 1
     l2: float             # Adam: weight_decay (added to the gradient); AdamW: 0
     w1: float             # 1 - beta1, the weight of exp_avg.lerp_(grad, w1)
     b2: float             # beta2
     w2: float             # 1 - beta2
-    bc2_sqrt: float       # sqrt(1 - beta2^step)
+    inv_bc2_sqrt: float   # 1 / sqrt(1 - beta2^step)
     eps: float
     neg_step_size: float  # -lr / (1 - beta1^step)
 
@@ -56,7 +63,7 @@ class AdamConstants(NamedTuple):
         b1, b2 = cfg.betas
         return cls(decay=1 - cfg.lr * cfg.weight_decay if cfg.adamw else 1.0,
                    l2=0.0 if cfg.adamw else float(cfg.weight_decay),
-                   w1=1 - b1, b2=b2, w2=1 - b2, bc2_sqrt=(1 - b2**step) ** 0.5, eps=cfg.eps,
+                   w1=1 - b1, b2=b2, w2=1 - b2, inv_bc2_sqrt=1 / (1 - b2**step) ** 0.5, eps=cfg.eps,
                    neg_step_size=-(cfg.lr / (1 - b1**step)))
 
 

@@ -3,7 +3,10 @@
 Used by ``benchmarks/adam_kernels.py`` (the full table) and chapter 14 (a small one). Every
 candidate is a zero-argument callable that does one optimizer step on its tensors; candidates
 of one configuration are timed round-robin (``time_interleaved``) so that a noisy, bimodal
-machine disturbs all of them alike, and medians are reported.
+machine disturbs all of them alike, and medians are reported. Each turn is a short burst of
+steps: the first finds the caches as the other candidates left them (cold), the next ones find
+the candidate's own data in cache if it fits (warm: at 1M parameters the 16 MB of fp32 state
+fits this machine's 32 MB L3; at 16M it does not, and warm = cold).
 
 On the CPU the ceiling is measured, not looked up: ``numba_cpu.stream_adam_pattern`` makes
 exactly Adam's accesses (read p, g, m, v; write p, m, v) with one add per store, on flat fp32
@@ -29,22 +32,28 @@ GPU_METHODS = ("cuda ext", "numba cuda", "torch foreach", "torch fused")
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
-                     sync: Callable[[], object] | None = None) -> dict[str, list[float]]:
-    """Seconds per call of each function, calls interleaved round-robin (rotating the order)."""
+                     sync: Callable[[], object] | None = None, burst: int = 1) -> dict[str, list[list[float]]]:
+    """Seconds per call, interleaved: each round calls every function ``burst`` times in a row,
+    in a rotating order. Returns, per function, one list of ``burst`` times per round: the
+    first call of a burst finds the caches as the other functions left them ("cold"), the
+    following ones find its own data where it left it ("warm")."""
     names = list(fns)
     for _ in range(warmup):
         for name in names:
             fns[name]()
     if sync:
         sync()
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, list[list[float]]] = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            t0 = time.perf_counter()
-            fns[name]()
-            if sync:
-                sync()
-            times[name].append(time.perf_counter() - t0)
+            burst_times = []
+            for _ in range(burst):
+                t0 = time.perf_counter()
+                fns[name]()
+                if sync:
+                    sync()
+                burst_times.append(time.perf_counter() - t0)
+            times[name].append(burst_times)
     return times
 
 
@@ -55,12 +64,23 @@ class Result:
     method: str
     n_params: int
     n_tensors: int
-    seconds: list[float]
+    seconds: list[float]        # warm calls (all calls when bursts are of 1)
+    cold_seconds: list[float]   # the first call of each burst
     bytes_per_param: int = 28
+
+    @classmethod
+    def from_bursts(cls, method: str, n_params: int, n_tensors: int, bursts: list[list[float]]) -> "Result":
+        cold = [b[0] for b in bursts]
+        warm = [t for b in bursts for t in b[1:]] or cold
+        return cls(method, n_params, n_tensors, warm, cold)
 
     @property
     def median_s(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def cold_median_s(self) -> float:
+        return statistics.median(self.cold_seconds)
 
     @property
     def gparams_per_s(self) -> float:
@@ -129,17 +149,18 @@ def cpu_candidates(n_params: int, n_tensors: int = 1, methods=CPU_METHODS, strea
     return fns, skipped
 
 
-def measure_cpu(n_params: int, n_tensors: int = 1, methods=CPU_METHODS, repeats: int = 11,
+def measure_cpu(n_params: int, n_tensors: int = 1, methods=CPU_METHODS, repeats: int = 11, burst: int = 3,
                 threads: int | None = None) -> tuple[list[Result], dict[str, str]]:
-    """Time ``methods`` and the streaming ceiling on one configuration (interleaved medians)."""
+    """Time ``methods`` and the streaming ceiling on one configuration (interleaved medians;
+    ``Result.seconds`` are the warm calls of each burst, ``cold_seconds`` the first ones)."""
     if threads:
         import numba
 
         torch.set_num_threads(threads)
         numba.set_num_threads(threads)
     fns, skipped = cpu_candidates(n_params, n_tensors, methods)
-    times = time_interleaved(fns, repeats)
-    return [Result(m, n_params, n_tensors, ts) for m, ts in times.items()], skipped
+    times = time_interleaved(fns, repeats, burst=burst)
+    return [Result.from_bursts(m, n_params, n_tensors, ts) for m, ts in times.items()], skipped
 
 
 def gpu_candidates(n_params: int, n_tensors: int = 1, methods=GPU_METHODS, seed: int = 0):
@@ -177,17 +198,17 @@ def gpu_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 20) -> float:
     src = torch.empty(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
     times = time_interleaved({"copy": lambda: dst.copy_(src)}, repeats, warmup=3, sync=torch.cuda.synchronize)
-    return 2 * nbytes / statistics.median(times["copy"]) / 1e9
+    return 2 * nbytes / statistics.median(t for (t,) in times["copy"]) / 1e9
 
 
 def measure_gpu(n_params: int, n_tensors: int = 1, methods=GPU_METHODS, repeats: int = 20):
     fns, skipped = gpu_candidates(n_params, n_tensors, methods)
     times = time_interleaved(fns, repeats, warmup=3, sync=torch.cuda.synchronize)
-    return [Result(m, n_params, n_tensors, ts) for m, ts in times.items()], skipped
+    return [Result.from_bursts(m, n_params, n_tensors, ts) for m, ts in times.items()], skipped
 
 
 def cpu_matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
     """The CPU's compute roof, measured: fp32 ``torch.mm`` of two n × n matrices, 2n³ flops."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     times = time_interleaved({"mm": lambda: torch.mm(a, b)}, repeats, warmup=2)
-    return 2 * n**3 / statistics.median(times["mm"]) / 1e9
+    return 2 * n**3 / statistics.median(t for (t,) in times["mm"]) / 1e9

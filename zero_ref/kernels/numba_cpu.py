@@ -14,10 +14,12 @@ Three kernels share one loop body, ``adam_chunk``:
   (like a CUDA multi-tensor launch), cuts every tensor into chunks and runs all chunks of all
   tensors in one ``prange``: one thread-pool dispatch instead of one per tensor.
 
-The arithmetic is torch's CPU AdamW, operation for operation, including where torch's
-vectorized kernels use a fused multiply-add (``lerp_``, ``addcmul_``, ``add(alpha=)``), so on an
-FMA machine the result equals ``torch.optim.AdamW`` bit for bit. ``fastmath=False``: no
-reassociation, no approximate reciprocal square root.
+The moments follow torch's CPU AdamW operation for operation, including where torch's vectorized
+kernels use a fused multiply-add (``lerp_``, ``addcmul_``, ``add(alpha=)``), so AdamW's moments
+equal ``torch.optim.AdamW``'s bit for bit. The denominator is DeepSpeed's,
+``fma(sqrt(v), 1 / sqrt(1 - beta2^t), eps)``: one division per element instead of two (see
+``AdamConstants``). ``fastmath=False``: IEEE division and square root, no reassociation, no
+approximate reciprocals.
 
 ``stream_adam_pattern`` does Adam's memory traffic (4 reads + 3 writes per element) with one
 add per stored value and no other math: the bandwidth ceiling that a memory-bound Adam can
@@ -62,7 +64,7 @@ def _f32_pointer(typingctx, address):
 
 
 @njit(**_JIT)
-def adam_chunk(p, g, m, v, decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size):
+def adam_chunk(p, g, m, v, decay, l2, w1, b2, w2, inv_bc2_sqrt, eps, neg_step_size):
     """Adam(W) in place on four equal-length fp32 arrays; constants from ``AdamConstants``."""
     for i in range(p.size):  # from 0: indices known non-negative, no wraparound check, vectorizes
         gi = g[i]
@@ -72,19 +74,19 @@ def adam_chunk(p, g, m, v, decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size):
         d = gi - m[i]                    # exp_avg.lerp_(grad, w1), w1 = 1 - beta1
         mi = fma(w1, d, m[i]) if w1 < 0.5 else fma(w1 - np.float32(1), d, gi)
         vi = fma(w2 * gi, gi, b2 * v[i])  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=w2)
-        denom = math.sqrt(vi) / bc2_sqrt + eps
+        denom = fma(math.sqrt(vi), inv_bc2_sqrt, eps)  # DeepSpeed: one division, not two
         p[i] = pi + (neg_step_size * mi) / denom   # param.addcdiv_(exp_avg, denom, value=-step_size)
         m[i] = mi
         v[i] = vi
 
 
 @njit(parallel=True, **_JIT)
-def adam_flat(p, g, m, v, decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size):
+def adam_flat(p, g, m, v, decay, l2, w1, b2, w2, inv_bc2_sqrt, eps, neg_step_size):
     """Adam(W) on one flat fp32 partition: chunks of CHUNK elements, in parallel."""
     n = p.size
     for c in prange((n + CHUNK - 1) // CHUNK):
         lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
-        adam_chunk(p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size)
+        adam_chunk(p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], decay, l2, w1, b2, w2, inv_bc2_sqrt, eps, neg_step_size)
 
 
 @njit(**_JIT)
@@ -105,7 +107,7 @@ def _chunk_list(sizes):
 
 
 @njit(parallel=True, **_JIT)
-def adam_multi(addresses, sizes, decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size):
+def adam_multi(addresses, sizes, decay, l2, w1, b2, w2, inv_bc2_sqrt, eps, neg_step_size):
     """Adam(W) on many fp32 tensors in one call.
 
     ``addresses[t]`` holds the data pointers of tensor t's param, grad, exp_avg and exp_avg_sq;
@@ -120,7 +122,7 @@ def adam_multi(addresses, sizes, decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_
         m = nb.carray(_f32_pointer(addresses[t, 2]), n)
         v = nb.carray(_f32_pointer(addresses[t, 3]), n)
         lo, hi = start[c], min(n, start[c] + CHUNK)
-        adam_chunk(p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size)
+        adam_chunk(p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], decay, l2, w1, b2, w2, inv_bc2_sqrt, eps, neg_step_size)
 
 
 @njit(**_JIT)

@@ -39,7 +39,7 @@ def unavailable_reason() -> str | None:
 
 
 @cuda.jit(fastmath=False)
-def adam_kernel(p, g, m, v, decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size):
+def adam_kernel(p, g, m, v, decay, l2, w1, b2, w2, inv_bc2_sqrt, eps, neg_step_size):
     """One Adam(W) step; thread i handles elements i, i + stride, i + 2 stride, ..."""
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -51,7 +51,7 @@ def adam_kernel(p, g, m, v, decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size)
         d = gi - m[i]                    # exp_avg.lerp_(grad, w1)
         mi = cuda.fma(w1, d, m[i]) if w1 < 0.5 else cuda.fma(w1 - np.float32(1), d, gi)
         vi = cuda.fma(w2 * gi, gi, b2 * v[i])
-        denom = math.sqrt(vi) / bc2_sqrt + eps
+        denom = cuda.fma(math.sqrt(vi), inv_bc2_sqrt, eps)
         p[i] = pi + (neg_step_size * mi) / denom
         m[i] = mi
         v[i] = vi

@@ -9,8 +9,10 @@
 // * Types: params, exp_avg, exp_avg_sq are fp32 (the master copy and the states); grads are
 //   fp32, bf16 or fp16; an optional 16-bit copy of the params (bf16 or fp16) is written in the
 //   same pass, so a mixed-precision step moves 4 + 2 + 4 + 4 bytes in and 4 + 4 + 4 + 2 out.
-// * Arithmetic: torch's CPU AdamW operation for operation (fmaf where it uses a fused
-//   multiply-add), IEEE sqrtf and division (no --use_fast_math), the same as the Numba kernels.
+// * Arithmetic: the moments as torch's CPU AdamW computes them (fmaf where it uses a fused
+//   multiply-add), the denominator as DeepSpeed's CPU Adam does (fmaf(sqrtf(v), 1/sqrt(bc2), eps):
+//   one division, not two), IEEE sqrtf and division (no --use_fast_math): the same operations as
+//   the Numba kernels, so CPU and GPU agree bit for bit on the same inputs.
 // Only the headers it needs: ATen/cuda/CUDAContext.h would pull in cuBLAS and cuSPARSE headers,
 // which a minimal CUDA toolkit does not ship.
 #include <ATen/core/Tensor.h>
@@ -29,7 +31,7 @@ constexpr int kChunk = 8192;      // elements per block (a multiple of 4)
 constexpr int kThreads = 256;     // each thread moves 4 elements per iteration: 8 iterations per chunk
 
 struct AdamConsts {
-  float decay, l2, w1, b2, w2, bc2_sqrt, eps, neg_step_size;
+  float decay, l2, w1, b2, w2, inv_bc2_sqrt, eps, neg_step_size;
 };
 
 // Tensor t owns blocks first_block[t] .. first_block[t + 1] - 1, one chunk of kChunk elements each.
@@ -49,7 +51,7 @@ __device__ __forceinline__ void adam_update(float& p, float g, float& m, float& 
   const float d = g - m;                           // exp_avg.lerp_(grad, w1)
   m = k.w1 < 0.5f ? fmaf(k.w1, d, m) : fmaf(k.w1 - 1.f, d, g);
   v = fmaf(k.w2 * g, g, k.b2 * v);                 // exp_avg_sq.mul_(b2).addcmul_(g, g, value=w2)
-  const float denom = sqrtf(v) / k.bc2_sqrt + k.eps;
+  const float denom = fmaf(sqrtf(v), k.inv_bc2_sqrt, k.eps);  // DeepSpeed's denominator
   p = p + (k.neg_step_size * m) / denom;           // param.addcdiv_(exp_avg, denom, value=-step_size)
 }
 
@@ -154,7 +156,7 @@ void launch_all(const std::vector<std::vector<at::Tensor>>& lists, const AdamCon
 
 // lists: params, grads, exp_avgs, exp_avg_sqs, params16 (may be empty); checked in Python and here.
 void fused_adam_cuda(const std::vector<std::vector<at::Tensor>>& lists, double decay, double l2, double w1,
-                     double b2, double w2, double bc2_sqrt, double eps, double neg_step_size) {
+                     double b2, double w2, double inv_bc2_sqrt, double eps, double neg_step_size) {
   TORCH_CHECK(lists.size() == 5, "expected 5 tensor lists");
   const size_t count = lists[0].size();
   TORCH_CHECK(count > 0, "no tensors to step");
@@ -176,7 +178,7 @@ void fused_adam_cuda(const std::vector<std::vector<at::Tensor>>& lists, double d
   }
   const c10::cuda::CUDAGuard guard(lists[0][0].device());
   const AdamConsts k{static_cast<float>(decay), static_cast<float>(l2), static_cast<float>(w1),
-                     static_cast<float>(b2), static_cast<float>(w2), static_cast<float>(bc2_sqrt),
+                     static_cast<float>(b2), static_cast<float>(w2), static_cast<float>(inv_bc2_sqrt),
                      static_cast<float>(eps), static_cast<float>(neg_step_size)};
   const auto g = lists[1][0].scalar_type();
   const auto h = copy ? lists[4][0].scalar_type() : at::kFloat;
