@@ -10,7 +10,7 @@ tensor and for the same parameters split into 100 tensors. Each configuration al
 ``numba_cpu.stream_adam_pattern``: Adam's exact memory accesses (read p, g, m, v; write p, m, v)
 with one add per store and no other math, on flat arrays of the same total size — the bandwidth
 ceiling for this access pattern, measured in the same run. All candidates of a configuration are
-interleaved round-robin, each turn a burst of ``--burst`` steps: the first step of a burst finds
+interleaved in a fresh random order every round, each turn a burst of ``--burst`` steps: the first step of a burst finds
 the caches as the other candidates left them (*cold*), the following ones find the candidate's
 own data still cached if it fits (*warm*; at 1M parameters the 16 MB of state fits the 32 MB L3,
 at 16M it does not). The table shows medians, warm unless marked cold. GB/s is *effective*:
@@ -66,8 +66,11 @@ def cpu_run(args) -> int:
 
     torch.set_num_threads(args.threads)
     numba.set_num_threads(args.threads)
-    print(f"# CPU: {cpu_name()}, {os.cpu_count()} cores; {args.threads} threads (torch, numba "
-          f"{numba.__version__} [{numba.config.THREADING_LAYER}], DeepSpeed OpenMP); torch {torch.__version__}")
+    from zero_ref.kernels import numba_cpu
+
+    numba_cpu.stream_adam_pattern(*[torch.zeros(4).numpy() for _ in range(4)])  # start numba's thread pool
+    print(f"# CPU: {cpu_name()}, {os.cpu_count()} cores; {args.threads} threads (torch, DeepSpeed: torch's OpenMP; "
+          f"numba {numba.__version__}: threading layer {numba.threading_layer()}); torch {torch.__version__}")
     print(f"# command: python benchmarks/{os.path.basename(__file__)} {' '.join(sys.argv[1:])}")
     print(f"# load average at start: {load()}")
     summary = {}

@@ -16,6 +16,7 @@ of a 1 GiB buffer (``torch.Tensor.copy_``: 1 read + 1 write per element).
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -32,12 +33,16 @@ GPU_METHODS = ("cuda ext", "numba cuda", "torch foreach", "torch fused")
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
-                     sync: Callable[[], object] | None = None, burst: int = 1) -> dict[str, list[list[float]]]:
+                     sync: Callable[[], object] | None = None, burst: int = 1,
+                     seed: int = 0) -> dict[str, list[list[float]]]:
     """Seconds per call, interleaved: each round calls every function ``burst`` times in a row,
-    in a rotating order. Returns, per function, one list of ``burst`` times per round: the
+    in a fresh random order (seeded), so each function follows each other one equally often —
+    a fixed or rotating order would always put the same predecessor, and its cache footprint,
+    before a given function. Returns, per function, one list of ``burst`` times per round: the
     first call of a burst finds the caches as the other functions left them ("cold"), the
     following ones find its own data where it left it ("warm")."""
     names = list(fns)
+    order = random.Random(seed)
     for _ in range(warmup):
         for name in names:
             fns[name]()
@@ -45,7 +50,7 @@ def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup:
         sync()
     times: dict[str, list[list[float]]] = {name: [] for name in names}
     for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in order.sample(names, len(names)):
             burst_times = []
             for _ in range(burst):
                 t0 = time.perf_counter()
