@@ -8,9 +8,11 @@ denominator is DeepSpeed's, fma(sqrt(v), 1/sqrt(bc2), eps), one division where t
 (see ``AdamConstants``), and torch's CPU ``sqrt`` is not correctly rounded (off by one ulp in
 ~16-20 % of elements, ``test_torch_cpu_sqrt_is_not_correctly_rounded``) while the kernels' IEEE
 sqrt is. An ulp of the denominator becomes an ulp of the update. Hence the bound: after 10 steps,
-``max|p - p_ref| <= 1e-6 * max|p_ref|`` (measured: ~5e-8), and element by element
-``|p - p_ref| <= 1e-6 * |p_ref| + 1e-6 * lr`` — the second term covers parameters that pass
-near zero, where an ulp of the update is large relative to the parameter.
+``max|p - p_ref| <= 1e-6 * max|p_ref|`` (measured: ~6e-8), and element by element
+``|p - p_ref| <= 1e-6 * |p_ref| + ATOL`` — the second term covers parameters that pass near
+zero, where an ulp of the update is large relative to the parameter: an update is at most
+``lr / (1 - beta1) = 10 lr`` (the first step), an ulp of it 10 lr * 2^-23, and ten steps add at
+most ten of those, ATOL = 100 lr * 2^-23 ≈ 1.2e-5 lr (measured: at most 1.4e-6 lr).
 """
 import math
 import os
@@ -22,12 +24,13 @@ import numpy as np
 import pytest
 import torch
 
-from zero_ref.kernels import AdamConstants, AdamTensors, adam_step, available_backends, numba_cuda, roofline
+from zero_ref.kernels import AdamConstants, AdamTensors, adam_step, available_backends, numba_cpu, numba_cuda, roofline
 from zero_ref.optim import AdamConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LR, WD, STEPS = 1e-2, 0.1, 10
-SIZES = [1, 7, 33, 1000, 20001]  # 20001 > numba_cpu.CHUNK: crosses a chunk boundary
+ATOL = STEPS * (LR / (1 - 0.9)) * 2**-23
+SIZES = [1, 7, 33, 1000, numba_cpu.CHUNK + 5]  # the last one crosses a chunk boundary
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
 
 
@@ -55,7 +58,7 @@ def assert_close_to_torch(params, ref):
     for p, r in zip(params, ref):
         r = r.detach()
         assert (p - r).abs().max() <= 1e-6 * r.abs().max(), (p - r).abs().max() / r.abs().max()
-        assert ((p - r).abs() <= 1e-6 * r.abs() + 1e-6 * LR).all()
+        assert ((p - r).abs() <= 1e-6 * r.abs() + ATOL).all(), ((p - r).abs() - 1e-6 * r.abs()).max() / LR
 
 
 @pytest.mark.parametrize("adamw", [True, False], ids=["adamw", "adam_l2"])
@@ -71,7 +74,7 @@ def test_cpu_backends_match_torch_multi_tensor(backend, adamw):
         assert moments_equal
 
 
-@pytest.mark.parametrize("n", [1, 7, 20001])
+@pytest.mark.parametrize("n", [1, 7, numba_cpu.CHUNK + 5])
 @pytest.mark.parametrize("adamw", [True, False], ids=["adamw", "adam_l2"])
 def test_numba_single_flat_tensor_matches_torch(n, adamw):
     params, ms, vs, ref, opt = run_vs_torch([n], "numba", adamw, single=True, seed=n)

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-CHUNK = 16384  # elements per parallel task: 64 KiB of each of the four streams
+CHUNK = 65536  # elements per parallel task: 256 KiB of each stream (16K measured 2-3 % slower at 16M)
 
 _JIT = dict(fastmath=False, error_model="numpy", cache=True)
 
