@@ -7,7 +7,7 @@ Everything that needs torch is loaded on first use.
 from importlib import import_module
 
 _MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim", "stages", "batch", "zero_init",
-            "offload", "nvme")
+            "offload", "nvme", "kernels")
 __all__ = ["launch", "LaunchError", "RankError", "RankTimeout", *_MODULES]
 
 _LAZY = {
