@@ -24,12 +24,7 @@ from zero_cases import ADAM, build_model, micro_batch
 WORLD, STEPS = 2, 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def random_tensor(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:

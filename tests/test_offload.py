@@ -28,12 +28,7 @@ RUNS += [(3, precision, 1, 0.0, None, "cpu", "torch") for precision in ("fp32", 
 RUNS += [(stage, "fp32", 2, 0.5, off, None, "torch") for stage in (1, 2) for off in (None, "cpu")]  # GAS, clipping
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def train_all(rank, world, runs):

@@ -25,7 +25,7 @@ from zero_ref.models import Block
 from zero_cases import ADAM, CFG, build_model, micro_batch, reference_params
 
 STEPS = zs.STEPS
-one_thread = zs.one_thread  # the reference runs one intra-op thread, like the ranks
+pytestmark = pytest.mark.usefixtures("one_thread")  # the reference runs one intra-op thread, like the ranks
 ALL_PARTITIONED = dict(param_persistence_threshold=0)  # the default 1e5 would keep every toy unit whole
 CONFIGS = {
     "default": {},                                      # prefetch_bucket_size 5e7: all units prefetched

@@ -11,13 +11,7 @@ from zero_cases import ADAM, CFG, build_model, micro_batch, reference_params
 STEPS = 5
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The ranks run one intra-op thread; the reference must too, or its reductions add in another order.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def train(rank, world, stage, gas, precision, clip, bucket, device="cpu"):
