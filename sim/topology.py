@@ -1,6 +1,7 @@
 """Where ranks sit: the tp × dp × pp rank grid and which link a process group's collectives use.
 
-Megatron's order, tensor-parallel fastest: rank = t + tp·(d + dp·p). With 8 GPUs per node and
+The grid is ``zero_ref.topology.Topology``; its default order is Megatron's, tensor-parallel
+fastest: rank = t + tp·(d + dp·p). With 8 GPUs per node and
 tp = 8, dp = 2, pp = 2 the groups of rank 0 are
 
     tp: [0, 1, ..., 7]      (one node: NVLink)
@@ -17,25 +18,28 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from zero_ref.topology import Topology  # the rank-grid math lives once, torch-free, in zero_ref
+
 AXES = ("tp", "dp", "pp")
 
 
 def rank_of(t: int, d: int, p: int, tp: int, dp: int) -> int:
-    """Global rank of tensor rank t, data rank d, pipeline rank p."""
-    return t + tp * (d + dp * p)
+    """Global rank of tensor rank t, data rank d, pipeline rank p in the default order.
+
+    pp is the slowest axis there, so the rank does not depend on it: p + 1 stages stand in.
+    """
+    return Topology(tp=tp, dp=dp, pp=p + 1).rank(t=t, d=d, p=p)
 
 
-def group_ranks(axis: str, tp: int, dp: int, pp: int, *, t: int = 0, d: int = 0, p: int = 0) -> list[int]:
-    """The ranks of the ``axis`` group that contains (t, d, p)."""
-    if axis == "tp":
-        return [rank_of(i, d, p, tp, dp) for i in range(tp)]
-    if axis == "dp":
-        return [rank_of(t, i, p, tp, dp) for i in range(dp)]
-    if axis == "pp":
-        return [rank_of(t, d, i, tp, dp) for i in range(pp)]
+def group_ranks(axis: str, tp: int, dp: int, pp: int, *, t: int = 0, d: int = 0, p: int = 0,
+                order: str = "tp-dp-pp") -> list[int]:
+    """The ranks of the ``axis`` group that contains (t, d, p); ``order`` as in ``zero_ref.topology``."""
     if axis == "world":
         return list(range(tp * dp * pp))
-    raise ValueError(f"axis must be one of {AXES + ('world',)}, got {axis!r}")
+    if axis not in AXES:
+        raise ValueError(f"axis must be one of {AXES + ('world',)}, got {axis!r}")
+    topo = Topology(tp=tp, dp=dp, pp=pp, order=order)
+    return topo.group_of(axis, topo.rank(t=t, d=d, p=p))
 
 
 @dataclass(frozen=True)
