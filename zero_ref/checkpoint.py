@@ -1,0 +1,447 @@
+"""Sharded, atomic checkpoints of a ZeRO engine, readable at any data-parallel size and stage.
+
+``engine.save_checkpoint(dir, tag)`` and ``engine.load_checkpoint(dir, tag)`` call ``save`` and ``load``.
+A checkpoint is a folder ``<dir>/<tag>/``; ``<dir>/latest`` holds the newest tag (DeepSpeed's convention):
+
+    metadata.json                   stage, world size, version, every parameter's shape, which file holds
+                                    which elements of which parameter, each file's size     (rank 0)
+    model_states.pt                 client_state, counters, loss scaler, lr scheduler, Adam's settings,
+                                    buffers; the full module state dict for stages 0-2    (rank 0)
+    optim_states_rank{r:03d}.pt     rank r's fp32 master weights, exp_avg, exp_avg_sq    (every rank)
+    param_states_rank{r:03d}.pt     rank r's partition of the (16-bit) parameters        (stage 3)
+
+States are stored per *parameter* as ``{name: {"start": i, "master": t, ...}}``: the flat elements
+[i, i + len(t)) of that parameter. Rank r writes the pieces of its shard of every bucket (stage 0 the
+pieces it would own if it were sharded), so each rank writes 12Ψ/N bytes of optimizer state at every
+stage. Nothing in the files depends on the bucket layout, the world size or the stage: ``load`` asks,
+for each piece *its* layout gives this rank, which files overlap it (``metadata.json``'s index) and
+copies those elements. So a checkpoint saved at N ranks loads at M ranks, and at any stage.
+
+Atomic: every rank writes into ``<dir>/.<tag>.tmp-<nonce>`` (fsync'd); the ranks agree that all
+files are complete; only then rank 0 renames the folder to ``<dir>/<tag>`` and replaces ``latest``
+(written aside, then ``os.replace``). A crash at any point before the rename leaves the previous
+checkpoint and ``latest`` as they were; a stale ``.tmp`` folder is removed by the next save.
+Safe to load: files are read with ``torch.load(weights_only=True)``, which refuses any pickled object
+that is not a tensor or a plain container, so a checkpoint cannot run code (``CheckpointError``).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+import warnings
+
+import torch
+
+from zero_ref import comm
+
+FORMAT = 1
+META, MODEL, LATEST = "metadata.json", "model_states.pt", "latest"
+STATES = ("master", "exp_avg", "exp_avg_sq")
+
+
+def optim_file(rank: int) -> str:
+    return f"optim_states_rank{rank:03d}.pt"
+
+
+def param_file(rank: int) -> str:
+    return f"param_states_rank{rank:03d}.pt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be saved or loaded (missing, incomplete, unsafe or for another model)."""
+
+
+# ---------------------------------------------------------------- what a rank owns
+def _names(module) -> dict[int, str]:
+    return {id(p): n for n, p in module.named_parameters()}  # a tied weight under its first name
+
+
+def _owned(opt, b, names: dict, ranks) -> list[tuple[str, int, int, int]]:
+    """(parameter, first element, end, offset in the rank's state tensor) for ``ranks``' shards of ``b``;
+    stage 0's state tensors are the whole padded bucket, so its offsets start at the shard."""
+    out = []
+    for r in ranks:
+        base = b.layout.shard_range(r)[0] if opt.stage == 0 else 0
+        out += [(names[id(b.params[pc.index])], pc.param_start, pc.param_end, base + pc.shard_start)
+                for pc in b.layout.pieces(r)]
+    return out
+
+
+def _read_states(opt) -> list[list[torch.Tensor]]:
+    """[master, exp_avg, exp_avg_sq] of every bucket: the live tensors, or copies read from NVMe."""
+    off = opt.offload
+    if off is None or not off.nvme:
+        return [[b.master, b.exp_avg, b.exp_avg_sq] for b in opt.buckets]
+    where = {}
+    for i, group in enumerate(off.sub_groups):
+        buf = torch.empty(3 * off.swapper.numels[i])
+        off.store.read(off.swapper.key(i), buf).result()
+        views, at = buf.view(3, -1), 0
+        for b in group:
+            where[id(b)] = [v[at:at + b.layout.shard_numel] for v in views]
+            at += b.layout.shard_numel
+    return [where[id(b)] for b in opt.buckets]
+
+
+def _write_states(opt, states: list[list[torch.Tensor]]) -> None:
+    """Make ``states`` (from ``_read_states``, edited in place) the optimizer's: NVMe commits a new version."""
+    off = opt.offload
+    if off is None or not off.nvme:
+        return
+    of = dict(zip(map(id, opt.buckets), states))
+    off.store.begin()
+    for i, group in enumerate(off.sub_groups):
+        off.swapper.write_initial(i, [torch.cat([of[id(b)][k] for b in group]) for k in range(3)])
+    off.store.commit()
+
+
+def _shapes(module) -> dict[str, torch.Size]:
+    """Every parameter's shape, also while ZeRO-3 has partitioned it (``param.data`` is then empty)."""
+    out = {}
+    for n, p in module.named_parameters():
+        u = getattr(p, "_z3_unit", None)
+        out[n] = next(s for q, s in zip(u.params, u.layout.shapes) if q is p) if u is not None else p.shape
+    return out
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    # A slice saved as is would drag its whole storage (the full flat buffer) into the file.
+    return t.detach().to("cpu", copy=True)
+
+
+def _state_keys(module, prefix: str = "") -> list[str]:
+    """module.state_dict()'s keys in its order, without calling it (ZeRO-3 forbids that while partitioned)."""
+    keys = [prefix + n for n, p in module._parameters.items() if p is not None]
+    keys += [prefix + n for n, b in module._buffers.items() if b is not None and n not in module._non_persistent_buffers_set]
+    for n, child in module._modules.items():
+        if child is not None:
+            keys += _state_keys(child, prefix + n + ".")
+    return keys
+
+
+# ---------------------------------------------------------------- save
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_file(obj, path: str) -> int:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return os.path.getsize(path)
+
+
+def _check_loadable(obj, what: str) -> None:
+    """Refuse now what ``load`` would refuse later: anything weights_only loading cannot read."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    try:
+        torch.load(buf, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise TypeError(f"{what} holds an object a safe load refuses ({str(e).strip().splitlines()[-1]}); keep it "
+                        "to tensors, numbers, strings, lists, tuples and dicts") from None
+
+
+def save(engine, save_dir: str, tag=None, client_state: dict | None = None, save_latest: bool = True) -> str:
+    """Every rank writes its shard; returns the checkpoint's folder. A collective: call it on every rank."""
+    opt, module = engine.optimizer, engine.module
+    rank, world, group = opt.rank, opt.world_size, opt.group
+    tag = f"global_step{engine.global_steps}" if tag is None else str(tag)
+    if not re.fullmatch(r"[\w][\w.+-]*", tag) or tag == LATEST:
+        raise ValueError(f"checkpoint tag {tag!r} must be a plain file name (letters, digits, '_', '-', '.', '+')")
+    if opt.micro_steps % opt.gas:
+        raise CheckpointError(f"save_checkpoint after micro-step {opt.micro_steps}, inside an accumulation window of "
+                              f"{opt.gas}: the accumulated gradients would be lost; save after engine.step() at a "
+                              "boundary")
+    os.makedirs(save_dir, exist_ok=True)
+    nonce = torch.zeros(1, dtype=torch.int64)
+    if rank == 0:
+        for stale in os.listdir(save_dir):  # left by a save that crashed
+            if re.fullmatch(r"\..+\.(tmp|old)-[0-9a-f]+", stale):
+                shutil.rmtree(os.path.join(save_dir, stale), ignore_errors=True)
+        nonce[0] = int.from_bytes(os.urandom(6), "little")
+    if world > 1:
+        comm.broadcast(nonce, src=torch.distributed.get_global_rank(group, 0) if group is not None else 0, group=group)
+    tmp = os.path.join(save_dir, f".{tag}.tmp-{int(nonce):012x}")
+    names, buckets = _names(module), opt.buckets
+    sizes, error = torch.full((2,), -1, dtype=torch.int64), None
+    try:
+        os.makedirs(tmp, exist_ok=True)
+        pieces = {}
+        for b, st in zip(buckets, _read_states(opt)):
+            for name, lo, hi, at in _owned(opt, b, names, [rank]):
+                pieces[name] = {"start": lo, **{k: _copy(t[at:at + hi - lo]) for k, t in zip(STATES, st)}}
+        rng = {"cpu": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if torch.cuda.is_available() else {})}
+        sizes[0] = _save_file({"rank": rank, "pieces": pieces, "rng": rng}, os.path.join(tmp, optim_file(rank)))
+        sizes[1] = 0
+        if opt.stage == 3:
+            pieces = {}
+            for u in opt.units:
+                part = u.device_part()
+                for pc in u.layout.pieces(rank):
+                    pieces[names[id(u.params[pc.index])]] = {
+                        "start": pc.param_start, "param": _copy(part[pc.shard_start:pc.shard_start + pc.numel])}
+            sizes[1] = _save_file({"rank": rank, "pieces": pieces}, os.path.join(tmp, param_file(rank)))
+        if rank == 0:
+            _save_model_states(engine, tmp, names, client_state)
+    except BaseException as e:  # the others must learn of it: they would otherwise commit without us
+        sizes[:], error = -1, e
+    all_sizes = torch.zeros(2 * world, dtype=torch.int64)
+    comm.all_gather(all_sizes, sizes, group=group) if world > 1 else all_sizes.copy_(sizes)
+    all_sizes = all_sizes.view(world, 2).tolist()
+    if any(s[0] < 0 for s in all_sizes):
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        failed = [r for r, s in enumerate(all_sizes) if s[0] < 0]
+        raise CheckpointError(f"saving checkpoint {tag!r} failed on rank(s) {failed}; {save_dir} is unchanged") from error
+    ok = torch.ones(1, dtype=torch.int64)
+    if rank == 0:
+        try:
+            _write_metadata(engine, tmp, names, all_sizes)
+            _commit(save_dir, tmp, tag, save_latest)
+        except BaseException as e:
+            ok[0], error = 0, e
+    if world > 1:
+        comm.broadcast(ok, src=torch.distributed.get_global_rank(group, 0) if group is not None else 0, group=group)
+    if not ok[0]:
+        raise CheckpointError(f"rank 0 could not commit checkpoint {tag!r} in {save_dir}") from error
+    return os.path.join(save_dir, tag)
+
+
+def _save_model_states(engine, tmp: str, names: dict, client_state) -> None:
+    opt, module = engine.optimizer, engine.module
+    _check_loadable(client_state or {}, "client_state")
+    sched = engine.lr_scheduler.state_dict() if getattr(engine, "lr_scheduler", None) is not None else None
+    _check_loadable(sched, "the lr scheduler's state_dict()")
+    if opt.stage == 3:  # parameters are partitioned: buffers only here, parameters in param_states_rank*.pt
+        keys = set(_state_keys(module)) - {n for n, _ in module.named_parameters(remove_duplicate=False)}
+        state = {k: _copy(v) for k, v in module.named_buffers(remove_duplicate=False) if k in keys}
+    else:
+        state = {k: _copy(v) for k, v in module.state_dict().items()}
+    adam = opt.adam
+    _save_file({
+        "module": state, "client_state": client_state or {}, "lr_scheduler": sched,
+        "loss_scaler": opt.loss_scaler.state_dict() if opt.loss_scaler is not None else None,
+        "adam": {"lr": adam.lr, "betas": tuple(adam.betas), "eps": adam.eps, "weight_decay": adam.weight_decay,
+                 "adamw": adam.adamw},
+        "optimizer_steps": opt.global_steps, "skipped_steps": opt.skipped_steps, "micro_steps": opt.micro_steps,
+        **{k: getattr(engine, k, 0) for k in ("global_steps", "global_samples")},
+    }, os.path.join(tmp, MODEL))
+
+
+def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
+    opt, module, world = engine.optimizer, engine.module, engine.optimizer.world_size
+    shapes = _shapes(module)
+    params = {n: {"shape": list(shapes[n]), "dtype": str(p.dtype).replace("torch.", ""), "trainable": p.requires_grad}
+              for n, p in module.named_parameters()}
+    optim_index = {optim_file(r): [list(x[:3]) for b in opt.buckets for x in _owned(opt, b, names, [r])]
+                   for r in range(world)}
+    if opt.stage == 3:
+        param_index = {param_file(r): [[names[id(u.params[pc.index])], pc.param_start, pc.param_end]
+                                       for u in opt.units for pc in u.layout.pieces(r)] for r in range(world)}
+    else:
+        param_index = {MODEL: [[n, 0, _numel(p["shape"])] for n, p in params.items()]}
+    sizes = {optim_file(r): s[0] for r, s in enumerate(all_sizes)}
+    sizes.update({param_file(r): s[1] for r, s in enumerate(all_sizes) if opt.stage == 3})
+    sizes[MODEL] = os.path.getsize(os.path.join(tmp, MODEL))
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        ver = version("zero-lab")
+    except PackageNotFoundError:
+        ver = "unknown"
+    meta = {"format": FORMAT, "zero_ref_version": ver, "stage": opt.stage, "world_size": world,
+            "precision": opt.precision, "global_steps": getattr(engine, "global_steps", opt.global_steps),
+            "params": params, "state_dict_keys": _state_keys(module),
+            "aliases": {n: names[id(p)] for n, p in module.named_parameters(remove_duplicate=False) if names[id(p)] != n},
+            "index": {"optim": optim_index, "param": param_index}, "file_bytes": sizes}
+    with open(os.path.join(tmp, META), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _commit(save_dir: str, tmp: str, tag: str, save_latest: bool) -> None:
+    final, old = os.path.join(save_dir, tag), None
+    if os.path.exists(final):  # re-saving a tag: move the old one aside first (a directory cannot be replaced)
+        old = tmp.replace(".tmp-", ".old-")
+        os.rename(final, old)
+    os.rename(tmp, final)  # the commit point
+    if save_latest:
+        with open(os.path.join(save_dir, ".latest.tmp"), "w") as f:
+            f.write(tag)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(os.path.join(save_dir, ".latest.tmp"), os.path.join(save_dir, LATEST))
+    _fsync_dir(save_dir)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- read
+def resolve(load_dir: str, tag=None) -> str | None:
+    """The folder of checkpoint ``tag`` (``latest``'s when None; None when there is no ``latest``)."""
+    if tag is None:
+        latest = os.path.join(load_dir, LATEST)
+        if not os.path.isfile(latest):
+            return None
+        with open(latest) as f:
+            tag = f.read().strip()
+    path = os.path.join(load_dir, str(tag))
+    if not os.path.isdir(path):
+        have = sorted(t for t in os.listdir(load_dir) if os.path.isdir(os.path.join(load_dir, t)) and t[0] != ".") \
+            if os.path.isdir(load_dir) else []
+        raise CheckpointError(f"no checkpoint {str(tag)!r} in {load_dir} (tags there: {have or 'none'})")
+    return path
+
+
+class Reader:
+    """A checkpoint folder read safely: metadata, and any element range of any parameter's state."""
+
+    def __init__(self, path: str):
+        self.path, self._files = path, {}
+        meta = os.path.join(path, META)
+        if not os.path.isfile(meta):
+            ds = any(f.endswith("model_states.pt") and f.startswith("mp_rank") for f in os.listdir(path))
+            raise CheckpointError(f"{path} has no {META}" + (": it looks like a DeepSpeed checkpoint, which zero_ref "
+                                  "does not read (DeepSpeed's zero_to_fp32.py converts it to a state dict)" if ds else ""))
+        with open(meta) as f:
+            self.meta = json.load(f)
+        if self.meta.get("format") != FORMAT:
+            raise CheckpointError(f"{meta}: checkpoint format {self.meta.get('format')!r}, this zero_ref reads {FORMAT}")
+        self.where: dict[tuple, list] = {}  # (kind, name) -> [(start, end, file)]
+        for kind, files in self.meta["index"].items():
+            for file, entries in files.items():
+                for name, lo, hi in entries:
+                    self.where.setdefault((kind, name), []).append((lo, hi, file))
+
+    def load(self, file: str):
+        if file not in self._files:
+            path = os.path.join(self.path, file)
+            if not os.path.isfile(path):
+                raise CheckpointError(f"checkpoint {self.path} is missing {file}")
+            want = self.meta["file_bytes"].get(file)
+            if want is not None and os.path.getsize(path) != want:
+                raise CheckpointError(f"{path} is {os.path.getsize(path)} bytes; the checkpoint recorded {want} "
+                                      "(truncated or replaced)")
+            try:
+                self._files[file] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except pickle.UnpicklingError as e:
+                raise CheckpointError(f"refused to load {path}: it holds pickled objects other than tensors and plain "
+                                      f"containers, which could run code ({str(e).strip().splitlines()[-1]})") from None
+            except RuntimeError as e:
+                raise CheckpointError(f"cannot read {path}: {e}") from None
+        return self._files[file]
+
+    def read(self, name: str, key: str, lo: int = 0, hi: int | None = None) -> torch.Tensor:
+        """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param" or one of STATES)."""
+        kind = "param" if key == "param" else "optim"
+        hi = _numel(self.meta["params"][name]["shape"]) if hi is None else hi
+        parts, pos = [], lo
+        for a, b, file in sorted(self.where.get((kind, name), [])):
+            if b <= pos or a >= hi:
+                continue
+            if a > pos:
+                break
+            d = self.load(file)
+            t = d["module"][name].reshape(-1) if file == MODEL else d["pieces"][name][key]
+            parts.append(t[pos - a:min(b, hi) - a])
+            pos = min(b, hi)
+        if pos < hi:
+            raise CheckpointError(f"{self.path} holds no {key} for elements [{pos}, {hi}) of '{name}'")
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+# ---------------------------------------------------------------- load
+def _check_model(meta: dict, module, path: str, optimizer_states: bool) -> None:
+    have, shapes, ckpt = dict(module.named_parameters()), _shapes(module), meta["params"]
+    if set(have) != set(ckpt):
+        raise CheckpointError(f"{path} is for another model: parameters only in the checkpoint "
+                              f"{sorted(set(ckpt) - set(have))}, only in the model {sorted(set(have) - set(ckpt))}")
+    for n, p in have.items():
+        shape = tuple(shapes[n])
+        if shape != tuple(ckpt[n]["shape"]):
+            raise CheckpointError(f"parameter '{n}': the checkpoint has shape {tuple(ckpt[n]['shape'])}, the model "
+                                  f"{shape}")
+        if optimizer_states and p.requires_grad and not ckpt[n]["trainable"]:
+            raise CheckpointError(f"parameter '{n}' is trainable but was frozen when {path} was saved: it has no "
+                                  "optimizer state (load with load_optimizer_states=False)")
+
+
+def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, load_lr_scheduler_states: bool = True):
+    """Load a checkpoint saved at any world size and stage; returns (path, client_state), or (None, None)
+    when ``tag`` is None and ``load_dir`` has no ``latest`` (DeepSpeed's return). Call it on every rank."""
+    path = resolve(load_dir, tag)
+    if path is None:
+        warnings.warn(f"no '{LATEST}' file in {load_dir}: nothing loaded")
+        return None, None
+    opt, module = engine.optimizer, engine.module
+    reader = Reader(path)
+    meta = reader.meta
+    _check_model(meta, module, path, load_optimizer_states)
+    names, rank = _names(module), opt.rank
+    states = reader.load(MODEL)
+    with torch.no_grad():
+        if opt.stage == 3:
+            for u in opt.units:
+                part = torch.empty(u.layout.shard_numel, dtype=u.part.dtype).zero_()
+                for pc in u.layout.pieces(rank):
+                    part[pc.shard_start:pc.shard_start + pc.numel] = \
+                        reader.read(names[id(u.params[pc.index])], "param", pc.param_start, pc.param_end)
+                u.offload.write_part(u, part) if u.offload is not None else u.part.copy_(part)
+                if u.full is not None:  # a persistent unit: gather the new values
+                    u.release()
+                    u.gather()
+        else:
+            for n, p in module.named_parameters():
+                p.data.copy_(reader.read(n, "param").view(p.shape))
+        buffers = dict(module.named_buffers(remove_duplicate=False))
+        for k, v in states["module"].items():
+            if k in buffers:
+                buffers[k].copy_(v)
+        live = _read_states(opt)
+        for b, st in zip(opt.buckets, live):
+            if load_optimizer_states:
+                for name, lo, hi, at in _owned(opt, b, names, range(opt.world_size) if opt.stage == 0 else [rank]):
+                    for k, t in zip(STATES, st):
+                        t[at:at + hi - lo] = reader.read(name, k, lo, hi)
+            else:  # fresh moments stay; the master weights follow the loaded parameters
+                src = b.device_part() if opt.stage == 3 else b.flat_param if opt.stage == 0 else b.shard(b.flat_param)
+                if st[0].data_ptr() != src.data_ptr():
+                    st[0].copy_(src)
+        _write_states(opt, live)
+    if load_optimizer_states:
+        for k, v in states["adam"].items():
+            setattr(opt.adam, k, tuple(v) if k == "betas" else v)
+        opt.global_steps, opt.skipped_steps = states["optimizer_steps"], states["skipped_steps"]
+        opt.micro_steps = states["micro_steps"] if states["micro_steps"] % opt.gas == 0 else 0
+        if opt.loss_scaler is not None and states["loss_scaler"] is not None:
+            opt.loss_scaler.load_state_dict(states["loss_scaler"])
+        if meta["world_size"] == opt.world_size:  # each rank's random stream (dropout) continues
+            rng = reader.load(optim_file(rank))["rng"]
+            torch.set_rng_state(rng["cpu"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state(rng["cuda"])
+    if load_lr_scheduler_states and getattr(engine, "lr_scheduler", None) is not None and states["lr_scheduler"]:
+        engine.lr_scheduler.load_state_dict(states["lr_scheduler"])
+    for k in ("global_steps", "global_samples"):
+        if hasattr(engine, k):
+            setattr(engine, k, states[k])
+    return path, states["client_state"]
