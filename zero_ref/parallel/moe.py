@@ -15,11 +15,16 @@ first, then only the real tokens with uneven splits — sends no padding but nee
 and data-dependent shapes; fixed slots keep every shape static and the bytes predictable
 (``dispatch_bytes``), at the price of the padding the chapter measures.
 
-Ranks: world = ep × edp. Expert-parallel groups are runs of ep consecutive ranks (each holds
-every expert once); expert-data-parallel groups are the strided ranks that hold the same experts
-(DeepSpeed's layout, ``expert_grid``). Every rank sees different data, so dense parameters are
-averaged over all ranks and expert parameters over their edp group — both divided by the full
-world size, because an expert's gradient already sums the tokens its ep peers sent it.
+Ranks: the ep and edp groups split the data-parallel axis (``zero_ref.topology``: ep groups are
+blocks of ep consecutive data-parallel ranks that together hold every expert once; edp groups
+join the ranks that hold the same experts). Every rank sees different data, so dense parameters
+are averaged over the dp group and expert parameters over their edp group — both divided by the
+dp size, because an expert's gradient already sums the tokens its ep peers sent it (DeepSpeed
+divides by the dp size too).
+
+    pg = build_groups(Topology.for_world(world, ep=2), axes=("dp", "ep", "edp"))
+    model = moe_gpt(cfg, num_experts=4, k=2, ep_group=pg.ep)
+    ...; loss.backward(); reduce_gradients(model, pg.edp, pg.dp); opt.step()
 """
 from __future__ import annotations
 
@@ -33,36 +38,6 @@ import torch.nn.functional as F
 
 from zero_ref import comm
 from zero_ref.models.gpt import GPT, MLP, GPTConfig
-
-
-# ------------------------------------------------------------------ the rank grid (pure)
-
-def expert_grid(world_size: int, ep: int) -> tuple[list[list[int]], list[list[int]]]:
-    """(expert-parallel groups, expert-data-parallel groups) as lists of global ranks.
-
-    world 8, ep 4: ep groups [[0,1,2,3],[4,5,6,7]], edp groups [[0,4],[1,5],[2,6],[3,7]].
-    """
-    for name, v in (("world_size", world_size), ("ep", ep)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if world_size % ep:
-        raise ValueError(f"world_size {world_size} is not divisible by the expert-parallel size ep={ep}")
-    ep_groups = [list(range(i * ep, (i + 1) * ep)) for i in range(world_size // ep)]
-    edp_groups = [list(range(j, world_size, ep)) for j in range(ep)]
-    return ep_groups, edp_groups
-
-
-def expert_groups(ep: int):
-    """Create every ep and edp group (all ranks must call this, in the same order); return this rank's pair."""
-    ep_groups, edp_groups = expert_grid(dist.get_world_size(), ep)
-    rank, mine = dist.get_rank(), []
-    for ranks_list in (ep_groups, edp_groups):
-        found = None
-        for ranks in ranks_list:
-            g = dist.new_group(ranks)
-            found = g if rank in ranks else found
-        mine.append(found)
-    return tuple(mine)
 
 
 # ------------------------------------------------------------------ gating
