@@ -2,19 +2,23 @@
 
 The graph's nodes are in topological order and each stream runs its nodes in that order, so
 without contention the timing is one pass: start = max(the stream is free, every dependency has
-ended), end = start + duration. (An event-heap engine for shared bandwidth, prefetch limits or
-jitter would be a second engine that must agree with this one on contention-free graphs.)
+ended), end = start + duration. What must be decided at run time — shared links, ZeRO-3's
+live-parameter cap, memory pressure — is the event-heap engine's (sim.events, ``engine='events'``),
+which agrees with this one node for node on contention-free graphs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
 
 from sim.config import Cluster, Model
 from sim.cost import CostModel, Costs, model_flops_per_step
+from sim.events import Contention, event_schedule
 from sim.graph import KINDS, STREAMS, TaskGraph, build_graph, node_name
+from sim.idle import CAUSE_LABELS, CAUSES, idle_by_cause
 from sim.memory_timeline import MemoryTimeline, memory_timeline, static_bytes
 from sim.plan import Plan
 
@@ -56,7 +60,9 @@ class SimResult:
     ``bubble_fraction``: the compute streams' idle share of the step, averaged over stages.
     ``busy[stream]``: busy seconds per stage. ``memory``: the per-stage timelines; ``peak_memory``
     its GPU peaks per stage by category. ``tflops_per_gpu`` counts model FLOPs (no recompute);
-    ``hfu`` counts the FLOPs the GPUs ran (with recompute).
+    ``hfu`` counts the FLOPs the GPUs ran (with recompute). ``idle[cause]``: each stage's compute
+    idle seconds by cause (sim.idle.CAUSES), which add up to step_time − busy['compute'].
+    ``engine``: 'list' or 'events' (with ``contention``).
     """
 
     model: Model
@@ -74,6 +80,13 @@ class SimResult:
     busy: dict[str, np.ndarray]
     memory: MemoryTimeline
     peak_memory: list[dict[str, float]] = field(default_factory=list)
+    engine: str = "list"
+    contention: Contention | None = None
+
+    @cached_property
+    def idle(self) -> dict[str, np.ndarray]:
+        """{cause: idle seconds per stage} of the compute streams (see sim.idle)."""
+        return idle_by_cause(self.graph, self.start, self.end, self.step_time)
 
     @property
     def peak_gpu_bytes(self) -> float:
@@ -90,22 +103,35 @@ class SimResult:
         return [Event(node_name(g, i), STREAMS[g.stream[i]], g.stage[i], float(self.start[i]),
                       float(self.end[i]), KINDS[g.kind[i]]) for i in range(len(g))]
 
+    def idle_line(self) -> str:
+        """Idle share of the step by cause, averaged over stages: 'fill/drain 18.2% · p2p 0.4% · ...'."""
+        if self.step_time <= 0:
+            return "idle: none"
+        share = {c: float(np.mean(v)) / self.step_time for c, v in self.idle.items()}
+        parts = [f"{CAUSE_LABELS[c]} {share[c]:.1%}" for c in CAUSES if share[c] >= 5e-4]
+        return "idle by cause: " + (", ".join(parts) if parts else "none")
+
     def summary(self) -> str:
+        """One line of results, and a second with the idle time by cause."""
         gib = 2**30
         return (f"{self.model.name} on {self.cluster.world_size} × {self.cluster.gpu.name}, "
                 f"tp {self.plan.tp} pp {self.plan.pp} dp {self.plan.dp}, ZeRO-{self.plan.zero_stage}, "
                 f"{self.plan.schedule} m={self.plan.num_microbatches}: step {self.step_time:.3f} s, "
                 f"{self.tflops_per_gpu:.1f} TFLOP/s per GPU (MFU {self.mfu:.1%}), bubble "
                 f"{self.bubble_fraction:.1%}, peak {self.peak_gpu_bytes / gib:.1f} GiB"
-                f"{'' if self.fits else ' — does not fit'}")
+                f"{'' if self.fits else ' — does not fit'}\n{self.idle_line()}")
 
 
 def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = None, *,
-             granularity="auto", head: bool = True) -> SimResult:
+             granularity="auto", head: bool = True, engine: str = "list",
+             contention: Contention | None = None) -> SimResult:
     """Simulate one training step of ``model`` on ``cluster`` under ``plan``.
 
     ``costs`` overrides the cost model's constants (sim.cost.Costs); ``granularity`` and ``head``
-    are passed to sim.graph.build_graph.
+    are passed to sim.graph.build_graph. ``engine``: 'list' (list scheduling, no contention) or
+    'events' (sim.events): ``contention`` says what it decides at run time, by default
+    ``Contention.for_plan(cluster, plan, costs)`` (DP and pipeline traffic share the NIC when
+    both leave the node); ``Contention()`` gives exactly the list schedule.
     """
     for name, value, cls in (("model", model, Model), ("cluster", cluster, Cluster), ("plan", plan, Plan)):
         if not isinstance(value, cls):
@@ -115,11 +141,20 @@ def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = N
                          f"but the cluster has {cluster.world_size} GPUs")
     if plan.precision.startswith("bf16") and not cluster.gpu.bf16:
         raise ValueError(f"Plan.precision {plan.precision!r}: {cluster.gpu.name} has no bf16; use 'fp16'")
+    if engine not in ("list", "events"):
+        raise ValueError(f"engine must be 'list' or 'events', got {engine!r}")
+    if contention is not None and engine != "events":
+        raise ValueError("contention is decided by the event engine: pass engine='events'")
     costs = costs or Costs()
     graph = build_graph(model, plan, granularity=granularity, head=head)
     cm = CostModel(cluster, plan, costs)
     durations = cm.durations(graph.works)
-    start, end = list_schedule(graph, durations)
+    static = static_bytes(model, plan)
+    if engine == "events":
+        contention = contention if contention is not None else Contention.for_plan(cluster, plan, costs)
+        start, end = event_schedule(graph, durations, contention, static)
+    else:
+        start, end = list_schedule(graph, durations)
     step = float(end.max()) if len(end) else 0.0
 
     stage = np.asarray(graph.stage)
@@ -136,6 +171,7 @@ def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = N
     flops = np.asarray([w[1] if w[0] == "compute" else 0.0 for w in works])[np.asarray(graph.work)]
     hw_flops_per_gpu = flops.sum() / plan.pp  # every stage's rank, averaged
     peak = cluster.gpu.peak_flops
-    mem = memory_timeline(graph, start, end, static_bytes(model, plan))
+    mem = memory_timeline(graph, start, end, static)
     return SimResult(model, cluster, plan, costs, graph, start, end, step, tflops, tflops * 1e12 / peak,
-                     hw_flops_per_gpu / step / peak if step > 0 else 0.0, bubble, busy, mem, mem.peaks("gpu"))
+                     hw_flops_per_gpu / step / peak if step > 0 else 0.0, bubble, busy, mem, mem.peaks("gpu"),
+                     engine, contention)
