@@ -17,9 +17,9 @@ from zero_ref import comm
 
 def _gather_last(x, group):
     n = dist.get_world_size(group)
-    out = torch.empty((n,) + x.shape, dtype=x.dtype, device=x.device)
-    comm.all_gather(out, x.contiguous(), group=group)
-    return torch.cat(out.unbind(0), dim=-1)
+    out = torch.empty((n * x.shape[0],) + x.shape[1:], dtype=x.dtype, device=x.device)
+    comm.all_gather(out, x.contiguous(), group=group)  # rank-major along dim 0 ...
+    return torch.cat(out.chunk(n, dim=0), dim=-1)      # ... moved to the feature dim
 
 
 def _split_last(x, group):

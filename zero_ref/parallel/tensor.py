@@ -48,6 +48,19 @@ def shard(t: torch.Tensor, dim: int, rank: int, size: int, chunks: int = 1) -> t
     return torch.cat([c.chunk(size, dim)[rank] for c in t.chunk(chunks, dim)], dim).clone()
 
 
+def _mark(p: nn.Parameter, dim: int, chunks: int = 1) -> None:
+    # Which slice of the single-device tensor this is (Megatron's partition_dim / partition_stride).
+    p.partition_dim, p.partition_chunks = dim, chunks
+
+
+def local_part(param: nn.Parameter, full: torch.Tensor, group) -> torch.Tensor:
+    """This rank's part of ``full``, the single-device counterpart of ``param`` (itself if replicated)."""
+    if getattr(param, "partition_dim", None) is None:
+        return full
+    rank, t = _tp(group)
+    return shard(full, param.partition_dim, rank, t, param.partition_chunks)
+
+
 def _tp(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
@@ -70,7 +83,7 @@ class ColumnParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features // t, in_features, dtype=dtype).normal_(0, 0.02))
         self.bias = nn.Parameter(torch.zeros(out_features // t, dtype=dtype)) if bias else None
         for p in self.parameters():
-            p.tensor_parallel = True  # a shard, different on every tp rank
+            _mark(p, 0)  # a shard of the output features, different on every tp rank
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group, *, chunks=1, **kw):
@@ -82,6 +95,8 @@ class ColumnParallelLinear(nn.Module):
             m.weight.copy_(shard(linear.weight, 0, rank, t, chunks))
             if m.bias is not None:
                 m.bias.copy_(shard(linear.bias, 0, rank, t, chunks))
+        for p in m.parameters():
+            _mark(p, 0, chunks)
         return m
 
     def forward(self, x):
@@ -103,7 +118,7 @@ class RowParallelLinear(nn.Module):
         _divisible("RowParallelLinear: in_features", in_features, t)
         self.group, self.input_is_parallel, self.sequence_parallel = group, input_is_parallel, sequence_parallel
         self.weight = nn.Parameter(torch.empty(out_features, in_features // t, dtype=dtype).normal_(0, 0.02))
-        self.weight.tensor_parallel = True
+        _mark(self.weight, 1)
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
         if self.bias is not None:  # replicated; with SP each rank's gradient covers only its sequence shard
             self.bias.sequence_parallel = sequence_parallel
@@ -209,7 +224,7 @@ class VocabParallelEmbedding(nn.Module):
         self.start = rank * emb.num_embeddings // t
         self.end = self.start + emb.num_embeddings // t
         self.weight = nn.Parameter(shard(emb.weight.detach(), 0, rank, t))
-        self.weight.tensor_parallel = True
+        _mark(self.weight, 0)
 
     def forward(self, ids):
         outside = (ids < self.start) | (ids >= self.end)
