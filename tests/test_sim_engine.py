@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
+import sim.events
+import sim.idle
 from sim.cost import head_forward_flops, layer_forward_flops
 from sim.graph import KINDS, STREAMS
 
@@ -129,3 +131,92 @@ def test_events_and_results():
     assert r.tflops_per_gpu == pytest.approx(r.mfu * 312)
     assert 0 <= r.bubble_fraction < 1 and r.fits
     assert "ZeRO-1" in r.summary()
+
+
+# ---------------------------------------------------------------- idle time by cause
+
+
+def union_length(intervals):
+    total, hi = 0.0, -np.inf
+    for a, b in sorted(intervals):
+        if b > hi:
+            total += b - max(a, hi)
+            hi = b
+    return total
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 8]),
+       zero=st.integers(0, 3), k=st.integers(1, 3), offload=st.sampled_from(["none", "cpu", "nvme+param"]),
+       schedule=st.sampled_from(["gpipe", "1f1b", "interleaved"]), overlap=st.booleans(),
+       engine=st.sampled_from(["list", "events"]))
+def test_idle_causes_add_up_to_the_idle_time_of_every_stage(tp, pp, dp, zero, k, offload, schedule, overlap, engine):
+    if tp * pp * dp > 16:
+        return
+    opt = "none" if zero == 0 or offload == "none" else "cpu" if zero < 3 else offload.split("+")[0]
+    plan = sim.Plan(tp=tp, pp=pp, dp=dp, zero_stage=zero, num_microbatches=k * pp, schedule=schedule,
+                    virtual=2 if schedule == "interleaved" else 1, overlap_comm=overlap, offload_optimizer=opt,
+                    offload_param="nvme" if zero == 3 and offload == "nvme+param" else "none")
+    cl = sim.Cluster.preset("A100-80GB", nodes=plan.world_size, gpus_per_node=1)  # everything on IB
+    r = sim.simulate(MODEL, cl, plan, engine=engine,
+                     contention=sim.events.Contention.for_plan(cl, plan, pcie="fair") if engine == "events" else None)
+    total = sum(r.idle.values())
+    assert set(r.idle) == set(sim.idle.CAUSES)
+    assert all(np.all(v >= -1e-12 * r.step_time) for v in r.idle.values())
+    assert total == pytest.approx(r.step_time - r.busy["compute"], rel=1e-12, abs=1e-12 * r.step_time)
+    if opt == "none":
+        assert not r.idle["offload_stall"].any()
+    if pp == 1:
+        assert not r.idle["fill_drain"].any() and not r.idle["p2p_wait"].any()
+
+
+@pytest.mark.parametrize("schedule,p,m", [("1f1b", 4, 8), ("1f1b", 8, 3), ("gpipe", 3, 5), ("1f1b", 2, 1)])
+def test_free_communication_leaves_only_fill_and_drain_equal_to_the_closed_form(schedule, p, m):
+    model = sim.Model("uniform", layers=2 * p, hidden=256, heads=8, vocab=1000, seq=128)
+    plan = sim.Plan(tp=2, pp=p, dp=2, zero_stage=1, num_microbatches=m, schedule=schedule)
+    cl = sim.Cluster.preset("A100-80GB", nodes=plan.world_size, gpus_per_node=1)
+    r = sim.simulate(model, cl, plan, sim.Costs.compute_only(), head=False)
+    closed = sim.bubble_fraction(p, m) * r.step_time
+    assert r.idle["fill_drain"] == pytest.approx([closed] * p, rel=1e-12)
+    for cause in ("p2p_wait", "exposed_comm", "offload_stall", "memory_wait"):
+        assert not r.idle[cause].any()
+    assert "fill/drain" in r.summary().splitlines()[1]
+
+
+def test_exposed_comm_is_the_collective_time_compute_does_not_hide():
+    """Data parallelism only, slow InfiniBand, gradients reduced after the backward: the compute
+    stream's idle time is all exposed communication, equal to the time the DP collectives run
+    while no compute does (the measure of their intervals outside the compute intervals)."""
+    plan = sim.Plan(dp=8, zero_stage=2, num_microbatches=2, overlap_comm=False, reduce_bucket_size=10**7,
+                    allgather_bucket_size=10**7)
+    cl = sim.Cluster.preset("A100-80GB", nodes=8, gpus_per_node=1, ib_bw=12.5e9)
+    r = sim.simulate(MODEL, cl, plan)
+    comm = [(e.start, e.end) for e in r.events if e.stream == "dp_comm"]
+    compute = [(e.start, e.end) for e in r.events if e.stream == "compute"]
+    hidden = union_length(comm + compute) - union_length(compute)  # comm time outside compute
+    assert r.idle["exposed_comm"][0] > 0.3 * r.step_time
+    assert r.idle["exposed_comm"][0] == pytest.approx(hidden, rel=1e-12)
+    assert r.idle["exposed_comm"][0] == pytest.approx(r.step_time - r.busy["compute"][0], rel=1e-12)
+    assert union_length(comm) > hidden  # some of it is hidden: parameter all-gathers under the optimizer
+    on = sim.simulate(MODEL, cl, sim.Plan(**{**plan.__dict__, "overlap_comm": True}))
+    assert on.idle["exposed_comm"][0] < r.idle["exposed_comm"][0]
+
+
+def test_offload_stall_and_memory_wait():
+    r = run(dp=8, zero_stage=2, num_microbatches=1, offload_optimizer="cpu")
+    assert r.idle["offload_stall"][0] > 0.2 * r.step_time  # CPU Adam and PCIe after the backward
+    assert "offload stall" in r.summary()
+    # a GPU half a layer's gradients smaller than ZeRO-2's peak (full recomputation: the gradient
+    # buckets dominate): a backward waits for the previous bucket's reduce-scatter to free it
+    plan = sim.Plan(dp=8, zero_stage=2, num_microbatches=1, recompute="full",
+                    reduce_bucket_size=int(MODEL.num_params / 24))
+    ib = sim.Cluster.preset("A100-80GB", nodes=8, gpus_per_node=1)
+    free = sim.simulate(MODEL, ib, plan, granularity="layer")
+    layer = 2 * MODEL.num_params / 24
+    small = sim.Cluster.preset("A100-80GB", nodes=8, gpus_per_node=1, hbm_bytes=free.peak_gpu_bytes - layer / 2)
+    tight = sim.simulate(MODEL, small, plan, granularity="layer", engine="events",
+                         contention=sim.events.Contention.for_plan(small, plan, hbm=True))
+    assert tight.fits and not sim.simulate(MODEL, small, plan, granularity="layer").fits
+    assert tight.idle["memory_wait"][0] > 0 and not free.idle["memory_wait"].any()
+    assert tight.step_time > free.step_time
+    assert sum(tight.idle.values())[0] == pytest.approx(tight.step_time - tight.busy["compute"][0], rel=1e-12)
