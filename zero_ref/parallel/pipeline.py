@@ -1,0 +1,437 @@
+"""Pipeline parallelism on real ranks: stages, the GPipe / 1F1B / interleaved schedules, bubbles.
+
+The model is cut into p·v contiguous *virtual stages*; pipeline rank s holds virtual stages
+s, s + p, …, s + (v − 1)·p (its v *chunks*; v = 1 without interleaving). A step cuts the batch into
+m micro-batches, and each rank runs its schedule's list of forwards (F) and backwards (B):
+
+    stages = split_gpt(model, p * v)                     # every rank builds the same full model
+    pipe = Pipeline(stages[rank::p], rank, ranks, schedule="1f1b", microbatches=m, hidden=d_model)
+    stats = pipe.train_step(micro_batches)               # [(idx, targets)] × m; then optimizer.step()
+
+Activations go forward and their gradients backward with real point-to-point sends
+(``zero_ref.comm``). Sends never block (``isend``), so a rank only waits in a receive, for an
+input its schedule needs next; the schedules are ordered so those waits always end. Each rank
+times its compute (``perf_counter`` around every F and B); the rest of the step is its share of
+the bubble, and ``measured_bubble`` puts the stages together.
+
+Gradients accumulate over the m micro-batches; a data-parallel optimizer (a ``zero_ref.stages``
+stage with ``gradient_accumulation_steps=1``) reduces them *during the last backward* of the
+step (picotron's placement). With tied embeddings the first and last stages each hold a copy of
+the word embedding; their gradients are summed between the two stages first, and only then
+reduced over data-parallel ranks (DeepSpeed's ReduceTiedGrads, then ReduceGrads).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from zero_ref import comm
+from zero_ref.models.gpt import GPT, dropout
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+ZERO_WITH_PP = (
+    "ZeRO stage {stage} cannot be combined with pipeline parallelism (DeepSpeed's PipelineEngine refuses it "
+    "too: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'). A pipeline stage runs one backward "
+    "per micro-batch, m per step, and accumulates their gradients. ZeRO-2 keeps no full gradient buffer to "
+    "accumulate into, so it would reduce-scatter the stage's gradients after every micro-batch: m times the "
+    "data-parallel traffic of ZeRO-1. ZeRO-3 would also all-gather the stage's parameters for every "
+    "micro-batch's forward and backward: 2m gathers per step instead of one. Use ZeRO-1 (stage=1) over the "
+    "data-parallel group.")
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def check_schedule(schedule: str, stages: int, microbatches: int, virtual: int = 1) -> None:
+    """Raise ValueError if the schedule cannot run p stages × m micro-batches × v chunks.
+
+    GPipe and 1F1B run any m ≥ 1 (with m < p most of the step is bubble: (p − 1)/(m + p − 1) ≥ 1/2;
+    torch's Schedule1F1B refuses m < p). The interleaved schedule needs m to be a multiple of p, as
+    Megatron-LM requires: its forwards go round the p stages in groups of p micro-batches per chunk.
+    """
+    for name, value in (("stages", stages), ("microbatches", microbatches), ("virtual", virtual)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"pipeline: {name} must be a positive integer, got {value!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"pipeline: schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if virtual > 1 and schedule != "interleaved":
+        raise ValueError(f"pipeline: virtual={virtual} chunks per stage need schedule='interleaved', got {schedule!r}")
+    if schedule == "interleaved" and microbatches % stages:
+        raise ValueError(f"pipeline: the interleaved schedule needs the number of micro-batches ({microbatches}) "
+                         f"to be a multiple of the number of stages ({stages}) (Megatron-LM's rule: 'number of "
+                         f"microbatches is not divisible by pipeline-parallel size when using interleaved schedule')")
+
+
+def warmup_count(schedule: str, stages: int, microbatches: int, stage: int, virtual: int = 1) -> int:
+    """Forwards stage s runs before its first backward: GPipe m; 1F1B p − s − 1; interleaved
+    2(p − s − 1) + (v − 1)·p (Megatron's count); never more than the v·m forwards it has."""
+    p, m, v, s = stages, microbatches, virtual, stage
+    if schedule == "gpipe":
+        return m
+    if schedule == "1f1b":
+        return min(p - s - 1, m)
+    return min(2 * (p - s - 1) + (v - 1) * p, v * m)
+
+
+def stage_order(schedule: str, stages: int, microbatches: int, stage: int,
+                virtual: int = 1) -> list[tuple[str, int, int]]:
+    """The (kind, microbatch, chunk) ops stage s runs, in order, written as three phases.
+
+    GPipe: every forward, then every backward. 1F1B and interleaved: a warm-up of forwards, a
+    steady state alternating one forward and one backward, a cool-down of the remaining backwards.
+    With v chunks the k-th forward is micro-batch (k // pv)·p + k % p of chunk (k % pv) // p:
+    the micro-batches go round in groups of p, chunk after chunk; backwards visit chunks in reverse.
+    """
+    p, m, v = stages, microbatches, virtual
+    check_schedule(schedule, p, m, v)
+    if not 0 <= stage < p:
+        raise ValueError(f"pipeline: stage must be in [0, {p}), got {stage}")
+    if schedule == "gpipe":
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in reversed(range(m))]
+
+    def fwd(k):
+        return "F", (k // (p * v)) * p + k % p, (k % (p * v)) // p
+
+    def bwd(k):
+        return "B", (k // (p * v)) * p + k % p, v - 1 - (k % (p * v)) // p
+
+    total, warmup = v * m, warmup_count(schedule, p, m, stage, v)   # counts computed up front
+    ops = [fwd(k) for k in range(warmup)]                               # warm-up
+    for k in range(total - warmup):                                     # steady state: 1F1B
+        ops += [fwd(warmup + k), bwd(k)]
+    return ops + [bwd(k) for k in range(total - warmup, total)]        # cool-down
+
+
+# --------------------------------------------------------------------------- partitioning
+
+
+def partition(costs: list[float], parts: int) -> list[range]:
+    """Split layers 0..n−1 into ``parts`` contiguous, non-empty ranges minimizing the largest cost.
+
+    ``costs[i]`` is layer i's cost (parameters, FLOPs, measured time). Dynamic programming over
+    (layers used, parts used): exact, O(parts·n²). Ties go to the split that fills earlier parts.
+    """
+    n = len(costs)
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"partition: parts must be a positive integer, got {parts!r}")
+    if any(c < 0 for c in costs):
+        raise ValueError(f"partition: costs must be non-negative, got {list(costs)}")
+    if n < parts:
+        raise ValueError(f"partition: {n} layers cannot be split into {parts} stages: every stage needs at "
+                         f"least one layer (use fewer stages or virtual chunks, or a deeper model)")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]  # best[k][i]: first i layers in k parts
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for i in range(k, n - (parts - k) + 1):
+            for j in range(i - 1, k - 2, -1):  # last part = layers j..i−1; larger j first: earlier parts fuller
+                cost = max(best[k - 1][j], prefix[i] - prefix[j])
+                if cost < best[k][i]:
+                    best[k][i], cut[k][i] = cost, j
+    bounds, i = [], n
+    for k in range(parts, 0, -1):
+        bounds.append(range(cut[k][i], i))
+        i = cut[k][i]
+    return bounds[::-1]
+
+
+class GPTStage(nn.Module):
+    """Blocks [lo, hi) of a ``GPT``, with the embeddings on the first stage and the final LayerNorm,
+    head and loss on the last.
+
+    forward(x, targets=None): token ids (first stage) or hidden states (B, T, d) in; hidden states
+    out, or on the last stage the mean cross-entropy against ``targets``."""
+
+    def __init__(self, model: GPT, lo: int, hi: int):
+        super().__init__()
+        self.cfg, self.lo, self.hi = model.cfg, lo, hi
+        self.is_first, self.is_last = lo == 0, hi == model.cfg.n_layers
+        if self.is_first:
+            self.tok_emb, self.pos_emb = model.tok_emb, model.pos_emb
+        self.blocks = nn.ModuleList(model.blocks[lo:hi])
+        if self.is_last:
+            self.ln_f, self.head = model.ln_f, model.head
+
+    def gpt_state_dict(self) -> dict[str, torch.Tensor]:
+        """This stage's tensors under the names they have in the whole ``GPT`` (blocks renumbered)."""
+        out = {}
+        for name, t in self.state_dict().items():
+            if name.startswith("blocks."):
+                j, rest = name[len("blocks."):].split(".", 1)
+                name = f"blocks.{self.lo + int(j)}.{rest}"
+            out[name] = t
+        return out
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        if self.is_first:
+            pos = torch.arange(x.shape[1], device=x.device)
+            x = dropout(self.tok_emb(x) + self.pos_emb(pos), self.cfg.dropout, self.training)
+        for block in self.blocks:
+            x = block(x)
+        if not self.is_last:
+            return x
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def split_gpt(model: GPT, parts: int, costs: str | list[float] = "params", block_fn=None) -> list[GPTStage]:
+    """Cut a copy of ``model`` into ``parts`` GPTStages (virtual stages, in order).
+
+    ``costs``: 'params' balances parameter counts (the embeddings count towards the first block,
+    the head towards the last), 'layers' gives each stage the same number of blocks (±1), or a
+    list of one cost per block. ``block_fn`` may replace each block (e.g. by its tensor-parallel
+    shard). With tied embeddings and parts > 1 the last stage gets its own copy of the word
+    embedding as head weight; ``Pipeline`` keeps both copies equal by summing their gradients.
+    """
+    model = copy.deepcopy(model)  # the caller's model (e.g. a single-process reference) stays whole
+    L = model.cfg.n_layers
+    if costs == "params":
+        def count(*mods):
+            return float(sum(p.numel() for mod in mods for p in mod.parameters()))
+        costs = [count(b) for b in model.blocks]
+        costs[0] += count(model.tok_emb, model.pos_emb)
+        costs[-1] += count(model.ln_f) + model.head.weight.numel()
+    elif costs == "layers":
+        costs = [1.0] * L
+    elif isinstance(costs, str) or len(costs) != L:
+        raise ValueError(f"split_gpt: costs must be 'params', 'layers' or one number per block ({L}), got {costs!r}")
+    if model.cfg.tie_embeddings and parts > 1:
+        model.head.weight = nn.Parameter(model.tok_emb.weight.detach().clone())
+    if block_fn is not None:
+        model.blocks = nn.ModuleList(block_fn(b) for b in model.blocks)
+    return [GPTStage(model, r.start, r.stop) for r in partition(costs, parts)]
+
+
+# --------------------------------------------------------------------------- running a step
+
+
+@dataclass(frozen=True)
+class Op:
+    """One forward or backward on this rank: perf_counter seconds (one clock for all local processes)."""
+
+    kind: str
+    microbatch: int
+    chunk: int
+    start: float
+    end: float
+    sync: bool = False  # this backward also reduced the gradients over data-parallel ranks
+
+
+@dataclass
+class StepStats:
+    """What one pipeline rank did in a step: its ops, loss, busy time and in-flight activations."""
+
+    stage: int
+    ops: list[Op] = field(default_factory=list)
+    start: float = 0.0
+    end: float = 0.0           # the end of the schedule (before the tied/data-parallel sync after it)
+    losses: list[float] = field(default_factory=list)  # per micro-batch, on the last stage
+    peak_in_flight: int = 0    # micro-batches whose activations were held at once
+    peak_activation_bytes: int = 0  # their saved-for-backward bytes (with measure_memory=True)
+    sync: str = "none"         # 'last backward', 'after schedule' or 'none'
+
+    @property
+    def busy(self) -> float:
+        return sum(o.end - o.start for o in self.ops)
+
+    @property
+    def loss(self) -> float | None:
+        return sum(self.losses) / len(self.losses) if self.losses else None
+
+
+def measured_bubble(stats: list[StepStats]) -> float:
+    """Idle share of the step over the pipeline's stages: 1 − Σ busy / (p × (last end − first start))."""
+    span = max(s.end for s in stats) - min(s.start for s in stats)
+    return 1.0 - sum(s.busy for s in stats) / (len(stats) * span)
+
+
+def mean_op_times(stats: list[StepStats]) -> tuple[float, float]:
+    """Mean seconds of one forward and one backward over every stage: the simulator's t_f, t_b."""
+    out = []
+    for kind in "FB":
+        d = [o.end - o.start for s in stats for o in s.ops if o.kind == kind]
+        out.append(sum(d) / len(d))
+    return out[0], out[1]
+
+
+class Pipeline:
+    """This rank's part of a pipeline: its chunks, its peers, and the schedule that drives them.
+
+    ``chunks[c]`` is virtual stage c·p + ``stage``; ``ranks`` the global ranks of the pipeline
+    group in stage order; ``hidden`` the width of the activations passed between stages.
+    """
+
+    def __init__(self, chunks: list[nn.Module], stage: int, ranks: list[int], *, schedule: str = "1f1b",
+                 microbatches: int, hidden: int, group=None, measure_memory: bool = False):
+        self.p, self.v, self.m = len(ranks), len(chunks), microbatches
+        check_schedule(schedule, self.p, microbatches, self.v)
+        if not 0 <= stage < self.p:
+            raise ValueError(f"Pipeline: stage {stage} outside 0..{self.p - 1}")
+        self.chunks, self.stage, self.ranks, self.schedule = list(chunks), stage, list(ranks), schedule
+        self.hidden, self.group, self.measure_memory = hidden, group, measure_memory
+        self.last = self.p * self.v - 1
+        self.order = stage_order(schedule, self.p, microbatches, stage, self.v)
+        # Tied embeddings (split_gpt untied them): the word embedding of virtual stage 0 and the
+        # head of the last virtual stage are two copies whose gradients must be summed.
+        cfg = getattr(self.chunks[0], "cfg", None)
+        self.tied = None
+        if cfg is not None and cfg.tie_embeddings and self.p * self.v > 1:
+            if stage == 0:
+                self.tied = self.chunks[0].tok_emb.weight
+            elif stage == self.p - 1:
+                self.tied = self.chunks[-1].head.weight
+
+    # ------------------------------------------------------------ point to point
+    def _vs(self, chunk: int) -> int:
+        return chunk * self.p + self.stage
+
+    def _expected_from(self, peer: int) -> deque:
+        """Keys of the messages ``peer`` will send this rank, in the order it sends them (its own
+        schedule). Receiving in that order needs no tags: early arrivals wait in the inbox."""
+        q = deque()
+        for kind, i, c in stage_order(self.schedule, self.p, self.m, peer, self.v):
+            vs = c * self.p + peer
+            to = vs + 1 if kind == "F" else vs - 1  # activations go forward, their gradients back
+            if 0 <= to <= self.last and to % self.p == self.stage:
+                q.append((kind, i, to))
+        return q
+
+    def _send(self, t: torch.Tensor, key: tuple, to_vs: int) -> None:
+        if tuple(t.shape) != self.act_shape:
+            raise ValueError(f"pipeline: virtual stage {key[2]} produced a tensor of shape {tuple(t.shape)}, but the "
+                             f"stages pass activations of shape {self.act_shape} (micro-batch, sequence, hidden)")
+        dst = to_vs % self.p
+        if dst == self.stage:  # a chunk of this same rank (p = 1): no message
+            self.inbox[(key[0], key[1], to_vs)] = t.detach()
+        else:
+            t = t.detach().contiguous()
+            self.pending.append((comm.isend(t, self.ranks[dst]), t))
+
+    def _recv(self, key: tuple, from_stage: int) -> torch.Tensor:
+        while key not in self.inbox:
+            nxt = self.expected[from_stage].popleft()
+            buf = torch.empty(self.act_shape)
+            comm.recv(buf, self.ranks[from_stage])
+            self.inbox[nxt] = buf
+        return self.inbox.pop(key)
+
+    def _handshake(self, shape: tuple) -> None:
+        """Each stage tells the next its micro-batch shape, so a mismatch is an error, not a hang."""
+        if self.p == 1:
+            return
+        mine = torch.tensor([*shape, self.m, self.hidden], dtype=torch.int64)
+        peer = torch.empty_like(mine)
+        work = comm.isend(mine, self.ranks[(self.stage + 1) % self.p])
+        comm.recv(peer, self.ranks[(self.stage - 1) % self.p])
+        work.wait()
+        if not torch.equal(mine, peer):
+            raise ValueError(f"pipeline: stage {self.stage} has micro-batches (batch, seq), m, hidden = "
+                             f"{mine.tolist()} but stage {(self.stage - 1) % self.p} has {peer.tolist()}")
+
+    # ------------------------------------------------------------ a step
+    def train_step(self, micro_batches: list, optimizer=None) -> StepStats:
+        """Forward and backward of m micro-batches by the schedule; gradients accumulate in .grad.
+
+        ``micro_batches``: m (idx, targets) pairs (the first stage reads idx, the last targets).
+        ``optimizer``: a ``zero_ref.stages`` optimizer over this rank's chunks with
+        ``gradient_accumulation_steps=1``; it reduces the gradients over data-parallel ranks in
+        the step's last backward. Call its ``step()`` afterwards (or step your own optimizer).
+        """
+        if len(micro_batches) != self.m:
+            raise ValueError(f"pipeline: expected {self.m} micro-batches, got {len(micro_batches)}")
+        shapes = {tuple(x.shape) for mb in micro_batches for x in mb}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+            raise ValueError(f"pipeline: every micro-batch's idx and targets must have one (batch, seq) shape, got {shapes}")
+        if optimizer is not None:
+            if getattr(optimizer, "stage", 0) >= 2:
+                raise ValueError(ZERO_WITH_PP.format(stage=optimizer.stage))
+            if getattr(optimizer, "gas", 1) != 1:
+                raise ValueError("pipeline: build the optimizer with gradient_accumulation_steps=1; the pipeline "
+                                 f"accumulates over its {self.m} micro-batches itself")
+        shape = next(iter(shapes))
+        self.act_shape = (*shape, self.hidden)
+        self._handshake(shape)
+        self.inbox, self.pending = {}, []
+        self.expected = {peer: self._expected_from(peer) for peer in {(self.stage - 1) % self.p, (self.stage + 1) % self.p}}
+        comm.barrier(group=self.group)  # start together: the bubble is measured from here
+        stats = StepStats(self.stage, start=time.perf_counter())
+        stash, live = {}, 0
+        sync_in_backward = optimizer is not None and self.tied is None
+        for n, (kind, i, c) in enumerate(self.order):
+            vs = self._vs(c)
+            if kind == "F":
+                x = micro_batches[i][0] if vs == 0 else self._recv(("F", i, vs), (self.stage - 1) % self.p)
+                x = x if vs == 0 else x.requires_grad_()
+                t0 = time.perf_counter()
+                out, nbytes = self._forward(self.chunks[c], x, micro_batches[i][1] if vs == self.last else None)
+                if vs == self.last:
+                    stats.losses.append(out.item())
+                    out = out / self.m  # the step's loss is the mean over micro-batches
+                stats.ops.append(Op("F", i, c, t0, time.perf_counter()))
+                if vs != self.last:
+                    self._send(out, ("F", i, vs), vs + 1)
+                stash[(i, c)] = (x, out, nbytes)
+                live += nbytes
+                stats.peak_in_flight = max(stats.peak_in_flight, len(stash))
+                stats.peak_activation_bytes = max(stats.peak_activation_bytes, live)
+            else:
+                x, out, nbytes = stash.pop((i, c))
+                grad = None if vs == self.last else self._recv(("B", i, vs), (self.stage + 1) % self.p)
+                sync = sync_in_backward and n == len(self.order) - 1
+                t0 = time.perf_counter()
+                if sync:  # a scalar whose gradient w.r.t. out is grad: the optimizer's backward reduces
+                    optimizer.backward(out if grad is None else (out * grad).sum())
+                else:
+                    torch.autograd.backward(out, grad)
+                stats.ops.append(Op("B", i, c, t0, time.perf_counter(), sync))
+                live -= nbytes
+                if vs > 0:
+                    self._send(x.grad, ("B", i, vs), vs - 1)
+        stats.end = time.perf_counter()
+        if self.tied is not None:
+            self._sum_tied_grads()
+        if optimizer is not None:
+            stats.sync = "last backward" if sync_in_backward else "after schedule"
+            if not sync_in_backward:  # a backward through nothing: the optimizer just reduces what accumulated
+                optimizer.backward(torch.zeros((), requires_grad=True))
+        for work, _ in self.pending:
+            work.wait()
+        self.pending.clear()
+        return stats
+
+    def _forward(self, chunk: nn.Module, x: torch.Tensor, targets):
+        if not self.measure_memory:
+            return chunk(x, targets), 0
+        from zero_ref.measure import saved_activation_bytes
+        with saved_activation_bytes(chunk) as saved:
+            out = chunk(x, targets)
+        return out, saved.total
+
+    def _sum_tied_grads(self) -> None:
+        """First and last stage add each other's word-embedding gradient (a + b = b + a, bit for bit)."""
+        g = self.tied.grad
+        if g is None:
+            g = self.tied.grad = torch.zeros_like(self.tied)
+        if self.p == 1:  # both copies on this rank: chunk 0's embedding and the last chunk's head
+            other = self.chunks[-1].head.weight
+            total = g + other.grad
+            g.copy_(total)
+            other.grad.copy_(total)
+            return
+        peer = self.ranks[self.p - 1 if self.stage == 0 else 0]
+        theirs = torch.empty_like(g)
+        work = comm.isend(g.clone(), peer)
+        comm.recv(theirs, peer)
+        work.wait()
+        g.add_(theirs)
