@@ -38,129 +38,25 @@ needs ``offload_optimizer`` on NVMe too (one versioned store commits both atomic
 from __future__ import annotations
 
 import math
-import os
 import weakref
-from dataclasses import dataclass, fields
 
 import torch
 
+from zero_ref.config import offload_sections
+from zero_ref.config_schema import AioConfig, OffloadOptimizerConfig, OffloadParamConfig
 from zero_ref.optim import AdamConfig, adam_step_
 
 DEVICES = ("none", "cpu", "nvme")
 CPU_ADAM = ("numba", "torch")
 
-
 # ---------------------------------------------------------------- configuration (DeepSpeed's keys)
 
-@dataclass(frozen=True)
-class OffloadOptimizerConfig:
-    """``zero_optimization.offload_optimizer`` with DeepSpeed 0.19.8's defaults."""
-
-    device: str = "none"
-    nvme_path: str | None = None
-    buffer_count: int = 4
-    pin_memory: bool = True
-    pipeline_read: bool = False
-    pipeline_write: bool = False
-    fast_init: bool = False
-    ratio: float = 1.0
-    super_offload: bool = False
-    cpuadam_cores_perc: float = 0.8
-
-
-@dataclass(frozen=True)
-class OffloadParamConfig:
-    """``zero_optimization.offload_param`` with DeepSpeed 0.19.8's defaults."""
-
-    device: str = "none"
-    nvme_path: str | None = None
-    buffer_count: int = 5
-    buffer_size: int = int(1e8)
-    max_in_cpu: int = int(1e9)
-    pin_memory: bool = True
-
-
-@dataclass(frozen=True)
-class AioConfig:
-    """The top-level ``aio`` section (DeepSpeed's asynchronous I/O for the NVMe tier)."""
-
-    block_size: int = 1048576
-    queue_depth: int = 8
-    intra_op_parallelism: int = 1
-    single_submit: bool = False
-    overlap_events: bool = True
-    use_gds: bool = False
-
-
-def _parse(cls, section: str, value):
-    """A ``cls`` from a dict of DeepSpeed keys: unknown keys, wrong types and bad values are errors
-    naming the key; ``"auto"`` means the default (as in DeepSpeed)."""
-    if value is None:
-        return cls()
-    if isinstance(value, cls):
-        return value
-    if not isinstance(value, dict):
-        raise TypeError(f"{section} must be a dict of DeepSpeed keys, got {type(value).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    out = {}
-    for key, v in value.items():
-        if key not in known:
-            hint = (" (DeepSpeed's docs call it thread_count, but its code reads intra_op_parallelism)"
-                    if key == "thread_count" else "")
-            raise ValueError(f"{section}.{key} is not a known key{hint}; known keys: {', '.join(known)}")
-        if v == "auto":
-            continue
-        kind = known[key].type
-        ok = {"bool": isinstance(v, bool), "int": isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-              "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-              "str": isinstance(v, str), "str | None": v is None or isinstance(v, (str, os.PathLike))}[kind]
-        if not ok:
-            want = {"int": "a non-negative integer", "str | None": "a path"}.get(kind, f"a {kind}")
-            raise ValueError(f"{section}.{key} must be {want}, got {v!r}")
-        out[key] = os.fspath(v) if kind == "str | None" and v is not None else v
-    cfg = cls(**out)
-    if hasattr(cfg, "device") and cfg.device not in DEVICES:
-        raise ValueError(f"{section}.device must be one of {', '.join(DEVICES)}, got {cfg.device!r}")
-    return cfg
-
-
 def parse_configs(stage: int, offload_optimizer=None, offload_param=None, aio=None):
-    """Check DeepSpeed's offload rules for ``stage``; returns (optimizer config, param config, aio config)."""
-    opt = _parse(OffloadOptimizerConfig, "zero_optimization.offload_optimizer", offload_optimizer)
-    par = _parse(OffloadParamConfig, "zero_optimization.offload_param", offload_param)
-    io = _parse(AioConfig, "aio", aio)
-    where = "zero_optimization.offload_optimizer"
-    if opt.device != "none":
-        if stage == 0:
-            raise ValueError(f"{where}.device={opt.device!r} needs zero_optimization.stage 1, 2 or 3: ZeRO-Offload "
-                             "moves the rank's *partition* of the optimizer to the host, and stage 0 does not "
-                             "partition (DeepSpeed builds no ZeRO optimizer at stage 0); got stage 0")
-        if opt.device == "nvme" and stage != 3:
-            raise ValueError(f"{where}.device='nvme' (ZeRO-Infinity) needs zero_optimization.stage 3, got {stage}")
-        if not 0.0 <= opt.ratio <= 1.0:
-            raise ValueError(f"{where}.ratio must be in [0, 1], got {opt.ratio}")
-        if opt.ratio < 1.0:
-            raise ValueError(f"{where}.ratio={opt.ratio} (partial offload; DeepSpeed: stage 3 only) is not "
-                             "implemented in zero_ref: use 1.0")
-        if opt.super_offload:
-            raise ValueError(f"{where}.super_offload is not implemented in zero_ref")
-    if par.device != "none":
-        if stage != 3:
-            raise ValueError(f"zero_optimization.offload_param.device={par.device!r} needs zero_optimization.stage 3: "
-                             f"only ZeRO-3 partitions the parameters; got stage {stage}")
-        if par.device == "nvme" and opt.device != "nvme":
-            raise ValueError("zero_optimization.offload_param.device='nvme' needs offload_optimizer.device='nvme' "
-                             "too in zero_ref (one versioned store commits parameters and optimizer states "
-                             "together)")
-        if par.device == "nvme" and par.nvme_path and opt.nvme_path and \
-                os.path.abspath(par.nvme_path) != os.path.abspath(opt.nvme_path):
-            raise ValueError("zero_optimization.offload_param.nvme_path and offload_optimizer.nvme_path differ; "
-                             "zero_ref keeps one store per rank: use the same path")
-    if io.use_gds:
-        raise ValueError("aio.use_gds (GPUDirect Storage) is not implemented in zero_ref")
-    if io.block_size < 1 or io.queue_depth < 1 or io.intra_op_parallelism < 1:
-        raise ValueError("aio.block_size, aio.queue_depth and aio.intra_op_parallelism must be >= 1")
-    return opt, par, io
+    """Check DeepSpeed's offload rules for ``stage``; returns (optimizer config, param config, aio config).
+
+    The sections' keys, defaults (DeepSpeed 0.19.8's) and rules live in zero_ref.config; a problem is a
+    ``zero_ref.config.ConfigError`` (a ValueError) naming the key."""
+    return offload_sections(stage, offload_optimizer, offload_param, aio)
 
 
 # ---------------------------------------------------------------- traffic formulas (chapters 6 and 7)

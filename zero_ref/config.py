@@ -1,0 +1,583 @@
+"""The DeepSpeed JSON config, read and checked (pure Python: no torch).
+
+    cfg = zero_ref.config.parse("ds_config.json", dp=4)    # a path, a JSON string in base64, or a dict
+    cfg.zero_optimization.stage, cfg.batch.train_micro_batch_size_per_gpu, cfg.precision
+    zero_ref.config.problems(config, dp=4)                  # every problem at once, not only the first
+
+Keys and defaults are DeepSpeed 0.19.8's, taken from its *code* (``runtime/config.py``,
+``runtime/zero/config.py``, ``runtime/precision_config.py``, ...). Its documentation disagrees in
+places; ``docs=`` records the documented value, ``defaults_table()`` lists both, and
+tests/test_config_vs_deepspeed.py instantiates DeepSpeed's own config classes and compares.
+
+Every problem is a ``ConfigError`` (a ValueError) whose message starts with the key's dotted path
+and says how to fix it. zero_ref is stricter than DeepSpeed, on purpose:
+
+- an unknown key is an error with a "did you mean" (DeepSpeed ignores unknown top-level keys);
+- a key DeepSpeed has but zero_ref does not implement is an error that says so, unless it asks
+  for nothing (``{"enabled": false}``, the default value);
+- a key zero_ref accepts but that changes nothing here is listed in ``Config.notes``, which the
+  engine prints: nothing is ignored silently;
+- the batch arithmetic (zero_ref.batch) is checked as soon as the data-parallel size is known,
+  and impossible combinations (fp16 + bf16, offload at stage 0, NVMe without a path, ...) are errors.
+
+The keys themselves — types, defaults, ranges, meaning — are declared once, in
+``zero_ref.config_schema``; this module reads a config against them.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import json
+import math
+import os
+import sys
+from dataclasses import fields, replace
+
+from zero_ref.batch import KEYS as BATCH_KEYS, BatchConfig, resolve_batch_sizes
+from zero_ref.config_schema import (ADAM_TYPES, DEEPSPEED_OPTIMIZERS, SCHEDULER_PARAMS, AioConfig, Config,
+                                    OffloadOptimizerConfig, OffloadParamConfig, OptimizerConfig, SchedulerConfig,
+                                    ZeroConfig, section_types)
+
+__all__ = ["ConfigError", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
+           "defaults_table", "format_defaults"]
+
+
+class ConfigError(ValueError):
+    """One problem in a DeepSpeed config. ``key`` is its dotted path, e.g. ``zero_optimization.stage``."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(message)
+
+
+def _show(v) -> str:
+    return json.dumps(v) if isinstance(v, (bool, type(None))) else repr(v)
+
+
+# ---------------------------------------------------------------- public entry points
+
+def load(config) -> dict:
+    """The config as a dict: a dict (copied), a path to a JSON file, or base64-encoded JSON (as DeepSpeed)."""
+    if isinstance(config, dict):
+        return dict(config)
+    if not isinstance(config, (str, os.PathLike)):
+        raise ConfigError("config", f"config must be a dict, a path to a JSON file or base64 JSON, "
+                                    f"got {type(config).__name__}")
+    path = os.fspath(config)
+    if os.path.isfile(path):
+        with open(path) as f:
+            text, where = f.read(), path
+    else:
+        try:
+            text, where = base64.urlsafe_b64decode(path.encode()).decode(), "the base64 config"
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise ConfigError("config", f"config {path!r} is not an existing file (nor base64-encoded JSON); "
+                                        "pass the path of your ds_config.json or a dict") from None
+    try:
+        raw = json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as e:
+        raise ConfigError("config", f"config {where} is not valid JSON: {e.msg} at line {e.lineno}, "
+                                    f"column {e.colno}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("config", f"config {where} must hold a JSON object {{...}}, got {type(raw).__name__}")
+    return raw
+
+
+def _no_duplicates(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:  # json keeps the last silently; DeepSpeed's loader refuses (dict_raise_error_on_duplicate_keys)
+            raise json.JSONDecodeError(f"duplicate key {k!r}", "", 0)
+        out[k] = v
+    return out
+
+
+def problems(config, dp: int | None = None) -> list[ConfigError]:
+    """Every problem in ``config`` (empty if it is valid), in the order the keys are read."""
+    try:
+        raw = load(config)
+    except ConfigError as e:
+        return [e]
+    reader = _Reader()
+    cfg = reader.config(raw)
+    if dp is not None and not reader.errors:
+        batch = reader.batch(cfg, dp)
+        cfg = replace(cfg, batch=batch)
+    reader.cfg = cfg
+    return reader.errors
+
+
+def parse(config, dp: int | None = None) -> Config:
+    """A typed ``Config`` from a dict or a JSON path; raises the first ``ConfigError``.
+
+    With ``dp`` (the data-parallel size) the batch keys are resolved and checked: ``cfg.batch``."""
+    raw = load(config)
+    reader = _Reader()
+    cfg = reader.config(raw)
+    if dp is not None and not reader.errors:
+        cfg = replace(cfg, batch=reader.batch(cfg, dp))
+    if reader.errors:
+        raise reader.errors[0]
+    return replace(cfg, notes=tuple(reader.notes))
+
+
+def resolve_batch(cfg: Config, dp: int) -> BatchConfig:
+    """DeepSpeed's batch arithmetic for a parsed config on ``dp`` data-parallel ranks (ConfigError if it fails)."""
+    reader = _Reader()
+    batch = reader.batch(cfg, dp)
+    if reader.errors:
+        raise reader.errors[0]
+    return batch
+
+
+def offload_sections(stage: int, offload_optimizer=None, offload_param=None, aio=None):
+    """(OffloadOptimizerConfig, OffloadParamConfig, AioConfig) read and checked for ``stage``: the
+    offload rules of a whole config, for callers (zero_ref.offload) that get the sections alone."""
+    reader = _Reader()
+    opt = reader.section(OffloadOptimizerConfig, offload_optimizer, "zero_optimization.offload_optimizer")
+    par = reader.section(OffloadParamConfig, offload_param, "zero_optimization.offload_param")
+    io = reader.section(AioConfig, aio, "aio")
+    if not reader.errors:
+        reader.offload_rules(stage, opt, par, io)
+    if reader.errors:
+        raise reader.errors[0]
+    return opt, par, io
+
+
+# ---------------------------------------------------------------- reading
+
+def _kind(f) -> tuple[str, bool]:
+    """(base kind, optional) from a field's annotation string, e.g. 'int | None' -> ('int', True)."""
+    parts = [p.strip() for p in str(f.type).split("|")]
+    return parts[0], "None" in parts
+
+
+class _Reader:
+    """Reads sections against the schema, collecting errors (so ``problems`` can report them all)."""
+
+    def __init__(self):
+        self.errors: list[ConfigError] = []
+        self.notes: list[str] = []
+
+    def error(self, key: str, rest: str) -> None:
+        self.errors.append(ConfigError(key, f"{key}{'' if rest.startswith('=') else ' '}{rest}"))
+
+    # -------------------------------------------------------- one value
+    def value(self, f, v, key: str):
+        """``v`` checked against field ``f``'s type, range and zero_ref support; None marks an error."""
+        meta, (kind, optional) = f.metadata, _kind(f)
+        if v is None and optional:
+            return v
+        checked = _typed(kind, v, meta)
+        if isinstance(checked, _Bad):
+            self.error(key, f"must be {checked.want}, got {_show(v)}")
+            return _BAD
+        v = checked
+        for bound, ok, word in (("ge", lambda a, b: a >= b, ">="), ("gt", lambda a, b: a > b, ">"),
+                                ("le", lambda a, b: a <= b, "<=")):
+            if meta.get(bound) is not None and not ok(v, meta[bound]):
+                whole = kind == "int" and (meta.get("ge") in (0, 1) or meta.get("gt") == 0) and bound != "le"
+                if whole:  # "a non-negative integer" says it better than ">= 0"
+                    self.error(key, f"must be {_typed(kind, None, meta).want}, got {_show(v)}")
+                elif meta.get("le") is not None and meta.get("ge") is not None:
+                    self.error(key, f"must be in [{meta['ge']:g}, {meta['le']:g}], got {_show(v)}")
+                else:
+                    self.error(key, f"must be {word} {meta[bound]:g}, got {_show(v)}")
+                return _BAD
+        if meta.get("choices") and v not in meta["choices"]:
+            self.error(key, f"must be one of {', '.join(map(str, meta['choices']))}, got {_show(v)}")
+            return _BAD
+        if meta.get("only") is not None and v not in meta["only"]:
+            self.error(key, f"={_show(v)} is not supported by zero_ref ({meta['why']}); "
+                            f"use {' or '.join(_show(o) for o in meta['only'])} or remove the key")
+            return _BAD
+        if meta.get("noop"):
+            self.notes.append(f"{key} has no effect in zero_ref: {meta['noop']}")
+        return v
+
+    # -------------------------------------------------------- one section
+    def section(self, cls, raw, path: str, *, top: bool = False):
+        """An instance of dataclass ``cls`` from the dict ``raw`` (the defaults where a key is absent)."""
+        if raw is None:
+            return cls()
+        if isinstance(raw, cls):
+            return raw
+        if not isinstance(raw, dict):
+            self.error(path or "config", f"must be a dict of DeepSpeed keys, got {_show(raw)}")
+            return cls()
+        known = {f.name: f for f in fields(cls) if f.init and not f.metadata.get("internal")}
+        sections = section_types()
+        values = {}
+        for k, v in raw.items():
+            key = f"{path}.{k}" if path else k
+            if k not in known:
+                self.unknown(cls, key, k, v, known)
+                continue
+            f = known[k]
+            if isinstance(v, str) and v == "auto" and not (top and k in BATCH_KEYS):
+                continue  # DeepSpeed drops "auto": the default applies (HF Trainer fills these in)
+            if f.metadata.get("reader"):  # a section with its own reader (optimizer, scheduler)
+                values[k] = getattr(self, f.metadata["reader"])(v, key)
+            elif _kind(f)[0] in sections:
+                values[k] = self.section(sections[_kind(f)[0]], v, key)
+            else:
+                values[k] = self.value(f, v, key)
+        return cls(**{k: v for k, v in values.items() if v is not _BAD})
+
+    def unknown(self, cls, key: str, name: str, v, known: dict) -> None:
+        ds_only, removed = getattr(cls, "DEEPSPEED_ONLY", {}), getattr(cls, "REMOVED", {})
+        hints = getattr(cls, "HINTS", {})
+        if name in removed:
+            self.error(key, f"was removed from DeepSpeed ({removed[name]}); DeepSpeed 0.19 rejects it too: "
+                            "remove the key")
+        elif name in ds_only:
+            if _asks_nothing(v):
+                self.notes.append(f"{key} is not implemented in zero_ref; accepted because it is off")
+            else:
+                self.error(key, f"is a DeepSpeed key that is not supported by zero_ref ({ds_only[name]}); "
+                                "remove it (or turn it off)")
+        elif name in hints:
+            listing = f"; known keys: {', '.join(known)}" if len(known) <= 8 else ""
+            self.error(key, f"is not a known key ({hints[name]}){listing}")
+        else:
+            close = difflib.get_close_matches(name, [*known, *ds_only], n=1, cutoff=0.6)
+            guess = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+            self.error(key, f"is not a known key; {guess}")
+
+    # -------------------------------------------------------- special sections
+    def optimizer(self, raw, key: str):
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.error(key, f"must be a dict like {{\"type\": \"AdamW\", \"params\": {{\"lr\": 1e-3}}}}, got {_show(raw)}")
+            return _BAD
+        extra = sorted(set(raw) - {"type", "params", "legacy_fusion"})
+        for k in extra:
+            close = difflib.get_close_matches(k, ["type", "params"], n=1, cutoff=0.6)
+            self.error(f"{key}.{k}", "is not a known key" + (f"; did you mean {close[0]!r}?" if close else
+                                                           ": the optimizer section holds 'type' and 'params'"))
+        if raw.get("legacy_fusion", False) is not False:
+            self.error(f"{key}.legacy_fusion", "=true is not supported by zero_ref (it has one Adam); remove it")
+        name = raw.get("type")
+        if not isinstance(name, str):
+            self.error(f"{key}.type", f"must name the optimizer ('Adam' or 'AdamW'), got {_show(name)}")
+            return _BAD
+        if name.lower() not in ADAM_TYPES:
+            if name.lower() in DEEPSPEED_OPTIMIZERS:
+                self.error(f"{key}.type", f"={name!r} is not supported by zero_ref: its stages step with Adam(W) "
+                                          "only; use 'Adam' or 'AdamW'")
+            else:
+                close = difflib.get_close_matches(name.lower(), ADAM_TYPES, n=1, cutoff=0.6)
+                guess = {"adam": "Adam", "adamw": "AdamW"}[close[0]] if close else None
+                self.error(f"{key}.type", f"={name!r} is not an optimizer zero_ref knows; "
+                                          + (f"did you mean {guess!r}?" if guess else "use 'Adam' or 'AdamW'"))
+            return _BAD
+        params = raw.get("params", {})
+        if isinstance(params, dict) and "max_grad_norm" in params:
+            self.error(f"{key}.params.max_grad_norm", "is not an optimizer parameter in DeepSpeed (it raises too): "
+                                                      "set the top-level \"gradient_clipping\" instead")
+            params = {k: v for k, v in params.items() if k != "max_grad_norm"}
+        p = self.section(OptimizerConfig.params_type(), params, f"{key}.params")
+        return OptimizerConfig(type=name, params=p)
+
+    def scheduler(self, raw, key: str):
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.error(key, f"must be a dict like {{\"type\": \"WarmupLR\", \"params\": {{...}}}}, got {_show(raw)}")
+            return _BAD
+        for k in sorted(set(raw) - {"type", "params"}):
+            self.error(f"{key}.{k}", "is not a known key: the scheduler section holds 'type' and 'params'")
+        name = raw.get("type")
+        if name not in SCHEDULER_PARAMS:
+            known = ", ".join(SCHEDULER_PARAMS)
+            if name in ("OneCycle", "LRRangeTest"):
+                self.error(f"{key}.type", f"={name!r} is a DeepSpeed schedule not supported by zero_ref; use one of "
+                                          f"{known}, or pass lr_scheduler= to initialize")
+            else:
+                close = difflib.get_close_matches(str(name), SCHEDULER_PARAMS, n=1, cutoff=0.6)
+                self.error(f"{key}.type", f"={_show(name)} is not a schedule zero_ref knows; "
+                                          + (f"did you mean {close[0]!r}?" if close else f"use one of {known}"))
+            return _BAD
+        cls = SCHEDULER_PARAMS[name]
+        before = len(self.errors)
+        params = self.section(cls, raw.get("params", {}), f"{key}.params")
+        for f in fields(cls):
+            if f.metadata.get("required") and getattr(params, f.name) is None and len(self.errors) == before:
+                self.error(f"{key}.params.{f.name}", f"is required by {name}: set it to the number of optimizer "
+                                                     "steps the run will take")
+        return SchedulerConfig(type=name, params=params)
+
+    # -------------------------------------------------------- the whole config
+    def config(self, raw: dict) -> Config:
+        raw = dict(raw)
+        if "bf16" in raw and "bfloat16" in raw:
+            self.error("bfloat16", "is DeepSpeed's old name for bf16: give one of them, not both")
+            raw.pop("bfloat16")
+        elif "bfloat16" in raw:
+            raw["bf16"] = raw.pop("bfloat16")
+        if isinstance(raw.get("zero_optimization"), bool):  # DeepSpeed's legacy form: true means stage 1
+            self.notes.append("zero_optimization=true is DeepSpeed's deprecated form of {\"stage\": 1}")
+            raw["zero_optimization"] = {"stage": int(raw["zero_optimization"])}
+        if isinstance(raw.get("zero_optimization"), dict):
+            raw["zero_optimization"] = self.deprecated_zero_keys(raw["zero_optimization"])
+        for k in BATCH_KEYS:
+            if raw.get(k) == "auto":
+                self.error(k, "='auto' is a placeholder that the HuggingFace Trainer fills in; without it, give a "
+                              "number (or leave the key out and let the other batch keys determine it)")
+                raw.pop(k)
+        cfg = self.section(Config, raw, "", top=True)
+        zero = cfg.zero_optimization
+        if zero.overlap_comm is None:  # DeepSpeed's validator: on for stage 3 only
+            cfg = replace(cfg, zero_optimization=replace(zero, overlap_comm=zero.stage == 3))
+        # Rules across keys need the keys they involve: skip them if one of those could not be read
+        # (an unsupported or unknown *extra* section does not stop them).
+        if not {e.key.split(".")[0] for e in self.errors} & {f.name for f in fields(Config)}:
+            self.cross_rules(cfg, raw)
+        return cfg
+
+    def deprecated_zero_keys(self, zero: dict) -> dict:
+        """DeepSpeed's deprecated zero_optimization keys, rewritten as it does (with a note)."""
+        zero = dict(zero)
+        renames = {"cpu_offload": ("offload_optimizer", {"device": "cpu"}),
+                   "cpu_offload_param": ("offload_param", {"device": "cpu"}),
+                   "stage3_gather_fp16_weights_on_model_save": ("stage3_gather_16bit_weights_on_model_save", None)}
+        for old, (new, section) in renames.items():
+            if old not in zero:
+                continue
+            value = zero.pop(old)
+            if new in zero:
+                self.error(f"zero_optimization.{old}", f"is the deprecated form of zero_optimization.{new}; "
+                                                       "give one of them, not both")
+                continue
+            if not isinstance(value, bool):
+                self.error(f"zero_optimization.{old}", f"must be a bool (true or false), got {_show(value)}")
+                continue
+            self.notes.append(f"zero_optimization.{old} is deprecated; read as zero_optimization.{new}")
+            if section is None:
+                zero[new] = value
+            elif value:
+                zero[new] = section
+        if "cpu_offload_use_pin_memory" in zero:
+            zero.pop("cpu_offload_use_pin_memory")
+            self.notes.append("zero_optimization.cpu_offload_use_pin_memory is deprecated and has no effect "
+                              "(DeepSpeed too): set pin_memory in offload_optimizer / offload_param")
+        return zero
+
+    def cross_rules(self, cfg: Config, raw: dict) -> None:
+        """Rules that involve more than one key."""
+        zero = cfg.zero_optimization
+        if cfg.fp16.enabled and cfg.bf16.enabled:
+            self.error("fp16.enabled", "and bf16.enabled are both true; enable at most one of them (bf16 needs no "
+                                       "loss scaling; fp16 uses the loss-scale keys)")
+        self.offload_rules(zero.stage, zero.offload_optimizer or OffloadOptimizerConfig(),
+                           zero.offload_param or OffloadParamConfig(), cfg.aio)
+        trained = "fp16" if cfg.fp16.enabled else "bf16" if cfg.bf16.enabled else "fp32"
+        if cfg.communication_data_type not in (None, trained):
+            self.error("communication_data_type", f"={cfg.communication_data_type!r} differs from the training "
+                                                  f"precision ({trained}); zero_ref reduces gradients in the "
+                                                  f"training dtype: remove the key or set {trained!r}")
+        if "pipeline" in raw and zero.stage >= 2:
+            self.error("zero_optimization.stage", f"={zero.stage} with a 'pipeline' section: DeepSpeed's "
+                                                  "PipelineEngine refuses ZeRO-2 and ZeRO-3 with pipeline "
+                                                  "parallelism; use stage 0 or 1")
+        given = raw.get("zero_optimization", {})
+        if zero.stage != 3:
+            for k in sorted(k for k in given if k.startswith("stage3_")):
+                self.notes.append(f"zero_optimization.{k} has no effect at stage {zero.stage} (stage 3 only)")
+        sch = cfg.scheduler
+        if sch is not None and getattr(sch.params, "total_num_steps", None) is not None:
+            if sch.params.total_num_steps < sch.params.warmup_num_steps:
+                self.notes.append(f"scheduler.params.total_num_steps {sch.params.total_num_steps} < warmup_num_steps "
+                                  f"{sch.params.warmup_num_steps}: the schedule never leaves its warm-up")
+        self.batch_shape(cfg)
+
+    def offload_rules(self, stage: int, opt, par, io) -> None:
+        where = "zero_optimization.offload_optimizer"
+        if opt.device != "none":
+            if stage == 0:
+                self.error(f"{where}.device", f"={opt.device!r} needs zero_optimization.stage 1, 2 or 3: ZeRO-Offload "
+                                              "moves the rank's *partition* of the optimizer to the host, and stage 0 "
+                                              "does not partition; got stage 0")
+            elif opt.device == "nvme" and stage != 3:
+                self.error(f"{where}.device", f"='nvme' (ZeRO-Infinity) needs zero_optimization.stage 3, got {stage}")
+            if opt.device == "nvme" and not opt.nvme_path:
+                self.error(f"{where}.nvme_path", "must be set when device is 'nvme': the folder (on the NVMe drive) "
+                                                 "that holds the swap files")
+            if opt.ratio < 1.0:
+                self.error(f"{where}.ratio", f"={opt.ratio} (partial offload; DeepSpeed: stage 3 only) is not "
+                                             "implemented in zero_ref: use 1.0")
+            if opt.super_offload:
+                self.error(f"{where}.super_offload", "=true is not supported by zero_ref; remove it")
+        if par.device != "none":
+            key = "zero_optimization.offload_param"
+            if stage != 3:
+                self.error(f"{key}.device", f"={par.device!r} needs zero_optimization.stage 3: only ZeRO-3 partitions "
+                                            f"the parameters; got stage {stage}")
+            elif par.device == "nvme" and opt.device != "nvme":
+                self.error(f"{key}.device", "='nvme' needs offload_optimizer.device='nvme' too in zero_ref (one "
+                                            "versioned store commits parameters and optimizer states together)")
+            elif par.device == "nvme" and opt.nvme_path and \
+                    os.path.abspath(par.nvme_path) != os.path.abspath(opt.nvme_path):
+                self.error(f"{key}.nvme_path", "differs from offload_optimizer.nvme_path; zero_ref keeps one store "
+                                               "per rank: use the same path")
+
+    # -------------------------------------------------------- batch arithmetic
+    def batch_shape(self, cfg: Config) -> None:
+        """What can be said about the batch keys without knowing the data-parallel size."""
+        tbs, mbs, gas = cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps
+        if tbs is None and mbs is None:
+            self.error("train_batch_size", "is missing: set train_batch_size or train_micro_batch_size_per_gpu "
+                                           "(gradient_accumulation_steps alone cannot determine the batch)")
+        elif tbs is not None and mbs is not None and tbs % (mbs * (gas or 1)):
+            self.error("train_batch_size", f"{tbs} is not a multiple of train_micro_batch_size_per_gpu {mbs}"
+                                           + (f" × gradient_accumulation_steps {gas}" if gas else "")
+                                           + f": no number of ranks satisfies train_batch_size = micro × "
+                                             f"accumulation × data-parallel size; fix one of the keys")
+        elif tbs is not None and gas is not None and tbs % gas:
+            self.error("train_batch_size", f"{tbs} is not a multiple of gradient_accumulation_steps {gas}: no number "
+                                           "of ranks satisfies train_batch_size = micro × accumulation × dp")
+
+    def batch(self, cfg: Config, dp: int) -> BatchConfig | None:
+        """DeepSpeed's arithmetic (zero_ref.batch) on ``dp`` ranks, with a message that names the fix."""
+        if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+            self.error("dp", f"(the data-parallel size) must be a positive integer, got {_show(dp)}")
+            return None
+        tbs, mbs, gas = cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps
+        try:
+            return resolve_batch_sizes(tbs, mbs, gas, dp=dp)
+        except ValueError:
+            pass
+        got = (tbs, mbs, gas)
+        rtbs = tbs if tbs is not None else (mbs or 0) * (gas or 1) * dp
+        rgas = gas if gas is not None else (rtbs // (mbs or 1) // dp if mbs else 1)
+        rmbs = mbs if mbs is not None else rtbs // dp // rgas
+        for key, given, value in zip(BATCH_KEYS, got, (rtbs, rmbs, rgas)):
+            if given is None and value <= 0:
+                per = rgas * dp if key == BATCH_KEYS[1] else (mbs or 1) * dp
+                self.error(key, f"resolves to {value} on {dp} data-parallel ranks: train_batch_size {tbs} is smaller "
+                                f"than {per} (= {'gradient_accumulation_steps' if key == BATCH_KEYS[1] else 'micro'} "
+                                f"× data-parallel size); raise train_batch_size to a multiple of {per} or use fewer "
+                                "ranks")
+                return None
+        per_rank = rtbs // dp if rtbs % dp == 0 else None
+        good = [d for d in range(1, 1025) if _fits(tbs, mbs, gas, d)][:8]
+        self.error("train_batch_size", f"{rtbs} != train_micro_batch_size_per_gpu {rmbs} × gradient_accumulation_"
+                                       f"steps {rgas} × data-parallel size {dp} (= {rmbs * rgas * dp})"
+                                       + ("" if per_rank else f": {rtbs} does not divide by {dp} ranks")
+                                       + f"; fix the batch keys, or run on "
+                                       + (f"{', '.join(map(str, good))} data-parallel ranks" if good else
+                                          "another number of ranks"))
+        return None
+
+
+def _fits(tbs, mbs, gas, dp) -> bool:
+    try:
+        resolve_batch_sizes(tbs, mbs, gas, dp=dp)
+        return True
+    except ValueError:
+        return False
+
+
+class _Bad:
+    def __init__(self, want: str):
+        self.want = want
+
+
+_BAD = _Bad("")
+
+
+def _typed(kind: str, v, meta):
+    """``v`` as ``kind`` ('bool', 'int', 'float', 'str', 'path', 'betas'), or a _Bad saying what was wanted."""
+    if kind == "bool":
+        return v if isinstance(v, bool) else _Bad("a bool (true or false)")
+    if kind == "int":
+        ge = meta.get("ge")
+        want = ("a non-negative integer" if ge == 0 else "a positive integer" if (ge == 1 or meta.get("gt") == 0)
+                else "an integer")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return _Bad(want)
+        if isinstance(v, float):  # JSON writes 5e8 as a float; a whole one is fine (pydantic agrees)
+            if not math.isfinite(v) or v != int(v):
+                return _Bad(want)
+            v = int(v)
+        return v
+    if kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return _Bad("a finite number")
+        return float(v)
+    if kind == "str":
+        if not isinstance(v, str):
+            return _Bad("a string")
+        fold = meta.get("fold")
+        return v.lower() if fold == "lower" else v.upper() if fold == "upper" else v
+    if kind == "path":
+        return os.fspath(v) if isinstance(v, (str, os.PathLike)) else _Bad("a path (a string)")
+    if kind == "betas":
+        ok = (isinstance(v, (list, tuple)) and len(v) == 2
+              and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v))
+        return tuple(float(b) for b in v) if ok else _Bad("two numbers in [0, 1), e.g. [0.9, 0.999]")
+    raise AssertionError(f"unknown kind {kind!r}")
+
+
+def _asks_nothing(v) -> bool:
+    """A DeepSpeed section or flag that is off: None, false, {}, or {"enabled": false, ...}."""
+    return v is None or v is False or v == {} or (isinstance(v, dict) and v.get("enabled") is False)
+
+
+# ---------------------------------------------------------------- the defaults, for chapter 9
+
+def defaults_table() -> list[dict]:
+    """One row per key zero_ref reads: dotted key, DeepSpeed 0.19.8's code default, the documented
+    default where the docs differ, what the key means, and what zero_ref does with it."""
+    rows = []
+
+    def walk(cls, path: str):
+        sections = section_types()
+        for f in fields(cls):
+            meta = f.metadata
+            if meta.get("internal") or not f.init:
+                continue
+            key = f"{path}.{f.name}" if path else f.name
+            kind = _kind(f)[0]
+            if meta.get("reader") == "optimizer":
+                walk(OptimizerConfig.params_type(), "optimizer.params")
+                continue
+            if meta.get("reader") == "scheduler":
+                for name, pcls in SCHEDULER_PARAMS.items():
+                    walk(pcls, f"scheduler.params[{name}]")
+                continue
+            if kind in sections:
+                walk(sections[kind], key)
+                continue
+            default = f.default if not callable(f.default_factory) else f.default_factory()
+            status = ("no effect: " + meta["noop"] if meta.get("noop") else
+                      f"only {' or '.join(_show(o) for o in meta['only'])}: {meta['why']}" if meta.get("only")
+                      is not None else meta.get("zero_ref", "used"))
+            rows.append({"key": key, "default": default, "docs": meta.get("docs"), "meaning": meta.get("doc", ""),
+                         "zero_ref": status})
+
+    walk(Config, "")
+    return rows
+
+
+def _fmt(v) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 10**4:
+        if v == sys.maxsize:
+            return "sys.maxsize"
+        short = f"{v:.0e}".replace("e+0", "e").replace("e+", "e")
+        return short if float(short) == v else str(v)
+    return _show(v) if isinstance(v, (str, bool, type(None))) else str(v)
+
+
+def format_defaults(prefix: str = "", *, disagreements_only: bool = False) -> str:
+    """``defaults_table()`` as aligned text: the keys that start with ``prefix``."""
+    rows = [r for r in defaults_table() if r["key"].startswith(prefix)
+            and (not disagreements_only or r["docs"] is not None)]
+    width = max(len(r["key"]) for r in rows)
+    lines = [f"{'key':<{width}}  {'default':>12}  {'docs say':>11}  zero_ref"]
+    for r in rows:
+        docs = _fmt(r["docs"]) if r["docs"] is not None else ""
+        lines.append(f"{r['key']:<{width}}  {_fmt(r['default']):>12}  {docs:>11}  {r['zero_ref']}")
+    return "\n".join(lines)
