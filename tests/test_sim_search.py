@@ -1,0 +1,160 @@
+"""sim.search: the best plan is feasible and nothing enumerated beats it (brute force); the pruning
+bounds never exceed what the simulator reports, so pruning never discards a plan that fits; the
+search is deterministic and refuses impossible input with a clear message."""
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import sim
+from sim import calibrate, search
+from sim.bounds import memory_lower_bound, time_lower_bound
+
+MODEL = sim.Model.preset("gpt3-1.3b")  # 24 layers, 16 heads (the bounds' property test)
+COSTS = calibrate.calibrate()
+# The brute-force case: 6.7B does not fit on 8 × 40 GB without splitting something (16Ψ = 107 GB).
+BIG, CLUSTER, BATCH = sim.Model.preset("gpt3-6.7b"), sim.Cluster.preset("A100-40GB", nodes=1), 8
+SMALL = search.Space(micro_batch_sizes=(1, 2), recompute=("none", "full"), virtual=(2,), sequence_parallel=(True,),
+                     offload=(("none", "none"), ("cpu", "none")))
+
+
+@pytest.fixture(scope="module")
+def truth():
+    """Every enumerated plan simulated, no bounds: {name: (step time, peak bytes)}."""
+    out = {}
+    for plan in search.enumerate_plans(BIG, CLUSTER, BATCH, SMALL):
+        r = sim.simulate(BIG, CLUSTER, plan, COSTS, granularity=search.granularity_for(BIG, plan))
+        out[search.describe(plan)] = (r.step_time, r.peak_gpu_bytes)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exhaustive():
+    return search.search(BIG, CLUSTER, BATCH, SMALL, COSTS, top=None)
+
+
+def test_best_is_feasible_and_no_enumerated_plan_is_faster(truth):
+    result = search.search(BIG, CLUSTER, BATCH, SMALL, COSTS, top=5)
+    limit = result.memory_limit
+    fitting = sorted((t, peak) for t, peak in truth.values() if peak <= limit)
+    assert result.stats["enumerated"] == len(truth) > 200
+    assert result.stats["pruned"] > 0 and result.stats["skipped"] > 0  # both prunings did something
+    assert 0 < len(fitting) < len(truth)                               # some plans fit, some do not
+    best = result.best
+    assert best.fits and best.peak_bytes <= limit
+    assert (best.step_time, best.peak_bytes) == truth[search.describe(best.plan)]
+    assert best.step_time == fitting[0][0]                             # nothing enumerated is faster
+    assert [r.step_time for r in result.feasible[:5]] == [t for t, _ in fitting[:5]]
+    assert result.stats["simulated"] < len(truth) / 10                 # and it got there cheaply
+
+
+def test_exhaustive_search_agrees_with_brute_force_plan_by_plan(truth, exhaustive):
+    limit = exhaustive.memory_limit
+    assert exhaustive.count("skipped") == 0
+    assert sorted(search.describe(r.plan) for r in exhaustive.feasible) == sorted(
+        name for name, (_, peak) in truth.items() if peak <= limit)
+    for row in exhaustive.rows:
+        t, peak = truth[search.describe(row.plan)]
+        if row.status == "pruned":  # pruning discarded no plan that fits
+            assert peak > limit, search.describe(row.plan)
+        else:
+            assert (row.step_time, row.peak_bytes) == (t, peak)
+
+
+plans = st.builds(
+    dict, tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 4]),
+    zero=st.integers(0, 3), mbs=st.sampled_from([1, 2]), k=st.integers(1, 3),
+    schedule=st.sampled_from(["gpipe", "1f1b", "interleaved"]), recompute=st.sampled_from(["none", "selective", "full"]),
+    sp=st.booleans(), offload=st.sampled_from(["none", "cpu", "cpu+param", "nvme"]), overlap=st.booleans(),
+    clip=st.sampled_from([0.0, 1.0]), precision=st.sampled_from(["bf16", "fp16", "fp32"]),
+    bucket=st.sampled_from([500_000_000, 20_000_000]), fine=st.booleans(), calibrated=st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(plans)
+def test_bounds_never_exceed_the_simulation(x):
+    """The pruning's safety: a lower bound above the limit implies the simulated peak is too."""
+    opt = "none" if x["zero"] == 0 else "cpu" if x["offload"] != "none" and x["zero"] < 3 else x["offload"].split("+")[0]
+    if x["zero"] < 3 and opt == "nvme":
+        opt = "cpu"
+    param = {"cpu+param": "cpu", "nvme": "nvme"}.get(x["offload"], "none") if x["zero"] == 3 else "none"
+    v = 2 if x["schedule"] == "interleaved" else 1
+    plan = sim.Plan(zero_stage=x["zero"], tp=x["tp"], pp=x["pp"], dp=x["dp"], micro_batch_size=x["mbs"],
+                    num_microbatches=x["k"] * x["pp"], schedule=x["schedule"], virtual=v, recompute=x["recompute"],
+                    sequence_parallel=x["sp"] and x["tp"] > 1, precision=x["precision"], offload_optimizer=opt,
+                    offload_param=param, overlap_comm=x["overlap"], gradient_clipping=x["clip"],
+                    reduce_bucket_size=x["bucket"], allgather_bucket_size=x["bucket"])
+    world = plan.world_size
+    cluster = sim.Cluster.preset("A100-80GB", nodes=max(1, world // 8), gpus_per_node=min(8, world))
+    costs = COSTS if x["calibrated"] else sim.Costs()
+    g = 1 if x["fine"] else search.granularity_for(MODEL, plan)
+    r = sim.simulate(MODEL, cluster, plan, costs, granularity=g)
+    t = time_lower_bound(MODEL, cluster, plan, costs, granularity=g)
+    m = memory_lower_bound(MODEL, plan)
+    assert t <= r.step_time * (1 + 1e-12), (t, r.step_time)
+    assert m["total"] <= r.peak_gpu_bytes * (1 + 1e-12), (m, r.peak_memory)
+    assert t >= 0.5 * r.step_time or plan.zero_stage == 3  # and not uselessly loose (ZeRO-3 can be)
+
+
+def test_bounds_are_tight_on_megatron_plans():
+    """On the compute-bound plans a search ends up ranking, the bounds sit within a few per cent."""
+    model = sim.Model.preset("gpt3-175b")
+    cluster = sim.Cluster.preset("A100-80GB", nodes=128)
+    plan = sim.Plan(zero_stage=1, tp=8, pp=8, dp=16, num_microbatches=96, schedule="interleaved", virtual=3,
+                    recompute="selective", sequence_parallel=True)
+    g = search.granularity_for(model, plan)
+    r = sim.simulate(model, cluster, plan, COSTS, granularity=g)
+    assert 0.9 < time_lower_bound(model, cluster, plan, COSTS, granularity=g) / r.step_time <= 1
+    assert 0.9 < memory_lower_bound(model, plan)["total"] / r.peak_gpu_bytes <= 1
+
+
+def test_deterministic():
+    a = search.search(BIG, CLUSTER, BATCH, SMALL, COSTS, top=3)
+    b = search.search(BIG, CLUSTER, BATCH, SMALL, COSTS, top=3)
+    key = lambda res: [(search.describe(r.plan), r.status, r.step_time, r.peak_bytes, r.reason) for r in res.rows]
+    assert key(a) == key(b)
+    assert a.table().splitlines()[1:] == b.table().splitlines()[1:]
+
+
+def test_enumeration_respects_the_rules():
+    cluster = sim.Cluster.preset("A100-80GB", nodes=2)
+    model = sim.Model.preset("llama-13b")  # 40 layers, 40 heads
+    for p in search.enumerate_plans(model, cluster, 64):
+        assert model.heads % p.tp == 0 and p.tp <= 8 and model.layers % (p.pp * p.virtual) == 0
+        assert p.world_size == 16 and p.global_batch == 64
+        assert not (p.offload_param != "none" and p.zero_stage != 3)
+    tps = {p.tp for p in search.enumerate_plans(model, cluster, 64)}
+    assert tps == {1, 2, 4, 8} - {p for p in (1, 2, 4, 8) if 40 % p}
+
+
+def test_pareto_front_is_not_dominated(exhaustive):
+    result = exhaustive
+    front = search.pareto(result.rows)
+    assert front[0].step_time == result.best.step_time
+    for r in result.feasible:
+        dominated = any(f.step_time <= r.step_time and f.peak_bytes <= r.peak_bytes for f in front)
+        assert dominated
+    for a in front:
+        assert not any(b.step_time < a.step_time and b.peak_bytes < a.peak_bytes for b in result.feasible)
+
+
+def test_indivisible_global_batch_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"global_batch 7 does not split .*dp can be"):
+        search.search(MODEL, CLUSTER, 7, search.Space(micro_batch_sizes=(2, 4)))
+    for bad in (0, -4, 2.5, True):
+        with pytest.raises(ValueError, match="global_batch must be a positive integer"):
+            search.search(MODEL, CLUSTER, bad)
+    with pytest.raises(ValueError, match="top must be"):
+        search.search(MODEL, CLUSTER, 32, top=0)
+    with pytest.raises(ValueError, match="memory_fraction"):
+        search.search(MODEL, CLUSTER, 32, memory_fraction=1.5)
+
+
+def test_no_plan_fits_names_the_smallest_memory_needed():
+    model, cluster = sim.Model.preset("gpt3-175b"), sim.Cluster.preset("A100-40GB", nodes=1)
+    space = search.Space(micro_batch_sizes=(1,), offload=(("none", "none"),))
+    with pytest.raises(search.NoPlanFits, match=r"no plan fits in 36\.0 GiB.*smallest any of the \d+ plans needs") as e:
+        search.search(model, cluster, 8, space)
+    needs = [memory_lower_bound(model, p)["total"] for p in search.enumerate_plans(model, cluster, 8, space)]
+    assert e.value.smallest == min(needs) > 0.9 * cluster.gpu.hbm_bytes
+    assert isinstance(e.value, ValueError)
