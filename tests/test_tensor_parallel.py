@@ -6,7 +6,7 @@ only difference is the order of additions: t partial sums reduced across ranks i
 matmul). The whole TP GPT: loss, logits, every gradient and the parameters after three SGD steps.
 Communication: the bytes each block hands to collectives equal the theory. Activations: the bytes
 a block saves for backward equal Korthikanti's formula (zero_ref.memory) for TP, TP+SP and
-selective recompute. One launch per tp size runs everything and returns what it saw.
+selective and full recompute. One launch per tp size runs everything and returns what it saw.
 """
 import pytest
 import torch
@@ -105,7 +105,8 @@ def worker(rank, t):
     # by √v and turns that noise into steps of size lr on either side.
     for name, kw, tie in (("GPT TP", {}, True), ("GPT SP", {"sequence_parallel": True}, True),
                           ("GPT SP untied", {"sequence_parallel": True}, False),
-                          ("GPT TP selective recompute", {"recompute": "selective"}, True)):
+                          ("GPT TP selective recompute", {"recompute": "selective"}, True),
+                          ("GPT SP full recompute", {"sequence_parallel": True, "recompute": "full"}, True)):
         torch.manual_seed(0)
         gcfg = GPTConfig(vocab_size=V, seq_len=S, d_model=H, n_heads=A, n_layers=2, tie_embeddings=tie)
         ref = GPT(gcfg)
@@ -144,7 +145,8 @@ def worker(rank, t):
 
     # activation bytes one block saves (bf16, dropout on): TP, TP+SP, TP+SP+selective recompute
     acts = {}
-    for sp, rc in ((False, "none"), (True, "none"), (True, "selective"), (False, "selective")):
+    for sp, rc in ((False, "none"), (True, "none"), (True, "selective"), (False, "selective"), (True, "full"),
+                   (False, "full")):
         dcfg = GPTConfig(vocab_size=V, seq_len=S, d_model=H, n_heads=A, dropout=0.1)
         blk = tp.ParallelBlock(Block(dcfg), group, sequence_parallel=sp, recompute=rc).to(torch.bfloat16).train()
         xin = torch.randn(S // t if sp else S, B, H, dtype=torch.bfloat16, requires_grad=True)
@@ -199,7 +201,7 @@ def test_block_activation_bytes_equal_korthikanti(results):
     t, res = results
     for r in res:
         for (sp, rc), measured in r["acts"].items():
-            ln_stats = 2 * 2 * 2 * S * B // (t if sp else 1)  # 2 LayerNorms × (mean, rstd) × sb, bf16 on CPU
+            ln_stats = 0 if rc == "full" else 2 * 2 * 2 * S * B // (t if sp else 1)  # 2 LNs × (mean, rstd) × sb
             assert measured == activation_bytes_per_layer(S, B, H, A, tp=t, sp=sp, recompute=rc) + ln_stats
 
 

@@ -198,18 +198,29 @@ def _replicated_layernorm(ln: nn.LayerNorm, sequence_parallel: bool) -> nn.Layer
 
 class ParallelBlock(nn.Module):
     """A pre-LN GPT block built from a single-device ``Block``'s weights; [s, b, h] in and out
-    (sequence shards [s/t, b, h] with ``sequence_parallel``)."""
+    (sequence shards [s/t, b, h] with ``sequence_parallel``). ``recompute``: "selective" recomputes
+    the attention core in backward, "full" the whole block (only its input is kept, and backward
+    repeats the forward's collectives)."""
 
     def __init__(self, block: Block, group, *, sequence_parallel=False, recompute="none"):
         super().__init__()
+        if recompute not in ("none", "selective", "full"):
+            raise ValueError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
+        self.full_recompute = recompute == "full"
         self.ln1 = _replicated_layernorm(block.ln1, sequence_parallel)
-        self.attn = ParallelAttention(block.attn, group, sequence_parallel=sequence_parallel, recompute=recompute)
+        self.attn = ParallelAttention(block.attn, group, sequence_parallel=sequence_parallel,
+                                      recompute="selective" if recompute == "selective" else "none")
         self.ln2 = _replicated_layernorm(block.ln2, sequence_parallel)
         self.mlp = ParallelMLP(block.mlp, group, sequence_parallel=sequence_parallel)
 
-    def forward(self, x):
+    def _forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
+
+    def forward(self, x):
+        if self.full_recompute:
+            return checkpoint(self._forward, x, use_reentrant=True)
+        return self._forward(x)
 
 
 class VocabParallelEmbedding(nn.Module):
