@@ -1,0 +1,351 @@
+"""Profile real zero_ref training steps on gloo ranks: the measurements the simulator is calibrated on.
+
+    from zero_ref import profile
+    specs = {"zero1": profile.StepSpec(stage=1, micro_batch=4), "zero2 gas2": profile.StepSpec(2, 4, gas=2)}
+    m = profile.measure(specs, world_size=2)   # plain numbers (dicts, lists, floats): sim.fit_local reads them
+    m["steps"]["zero1"]["step"]                 # median seconds of one optimizer step
+    m["sweep"]                                  # [{"op", "bytes", "group_size", "seconds"}, ...]
+    m["machine"]                                # per rank: GEMM FLOP/s, memory bytes/s, cores
+
+What each rank measures (all ranks at once, so they share the machine as they do in training):
+
+- machine: the FLOP/s of a matmul at the model's MLP shape, and the bytes/s of an element-wise add
+  over 16 MiB arrays, each the best of repeated calls: what a "GPU" is for a CPU rank
+  (``sim.fit_local.host_cluster``).
+- sweep: each collective in ``SWEEP_OPS`` at each size, after a barrier, ``trials`` times with the
+  sizes and ops interleaved; the *fastest* call. Other work on the machine only ever adds time to a
+  call (a rank descheduled mid-collective stalls its peer too), so the minimum is the estimate of
+  what the link costs that is reproducible on a loaded machine; the median of a 4 KiB call moved
+  by 10× between runs at load 10 on 2 cores, its minimum by 1.3×.
+- steps: the specs' steps interleaved in the same processes (the order alternates every round), so
+  load from other work on the machine hits every spec alike. After ``warmup`` rounds, the median
+  over ``steps`` rounds of: step, forward, backward, optimizer (seconds; one step = ``gas``
+  micro-steps) and the collectives' seconds inside each phase. Every call through ``zero_ref.comm``
+  is timed by wrapping it (``timed_comm``); a call with ``async_op`` (ZeRO-3's prefetch) is listed
+  but its time is that of the launch: its wait falls inside the phase that needs the result.
+
+The stages run with ``overlap_comm=False``: on a CPU rank a collective runs on the same cores as
+the compute (measured: overlapping does not shorten the step), and synchronous calls make the
+phases separable. The rank results are combined by the mean over ranks of each rank's median.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+from zero_ref import comm
+from zero_ref.launcher import launch
+
+# The course GPT (benchmarks/zero_stages.py): 4 blocks, d 256, vocab 1024, seq 64, 3.44M parameters.
+COURSE_GPT = dict(vocab_size=1024, seq_len=64, d_model=256, n_heads=4, n_layers=4)
+SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+KiB, MiB = 1 << 10, 1 << 20
+SWEEP_BYTES = (4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB)  # full buffer
+_TIMED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One training configuration of ``zero_ref.stages.STAGES[stage]``: ``micro_batch`` sequences per
+    micro-step, ``gas`` micro-steps per optimizer step (ZeRO-3 shards per transformer block)."""
+
+    stage: int
+    micro_batch: int
+    gas: int = 1
+
+    def __post_init__(self):
+        if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
+            raise ValueError(f"StepSpec.stage must be 0, 1, 2 or 3, got {self.stage!r}")
+        for name in ("micro_batch", "gas"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"StepSpec.{name} must be a positive integer, got {v!r}")
+
+
+# ---------------------------------------------------------------- machine
+
+
+def _best_time(fn, min_seconds: float = 0.05, max_reps: int = 200) -> float:
+    """Fewest seconds of ``fn()`` over repeated calls lasting at least ``min_seconds`` (after one warm-up)."""
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def gemm_flops(m: int, k: int, n: int) -> float:
+    """FLOP/s of an (m × k) @ (k × n) fp32 matmul on this process's threads: 2mkn / seconds."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out = torch.empty(m, n)
+    return 2 * m * k * n / _best_time(lambda: torch.mm(a, b, out=out))
+
+
+def memory_bandwidth(nbytes: int = 16 << 20) -> float:
+    """Bytes/s of ``c = a + b`` over fp32 arrays of ``nbytes`` each (reads 2, writes 1)."""
+    n = nbytes // 4
+    a, b, c = torch.ones(n), torch.ones(n), torch.empty(n)
+    return 3 * nbytes / _best_time(lambda: torch.add(a, b, out=c))
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def memory_bytes() -> int:
+    """Physical memory of the host (bytes)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+# ---------------------------------------------------------------- collectives
+
+
+def _call(op: str, full: torch.Tensor, shard: torch.Tensor, group=None) -> None:
+    if op == "all_reduce":
+        comm.all_reduce(full, group=group)
+    elif op == "reduce_scatter":
+        comm.reduce_scatter(shard, full, group=group)
+    elif op == "all_gather":
+        comm.all_gather(full, shard, group=group)
+    else:
+        raise ValueError(f"op must be one of {', '.join(SWEEP_OPS)}, got {op!r}")
+
+
+def collective_sweep(sizes=SWEEP_BYTES, ops=SWEEP_OPS, *, trials: int = 15, group=None) -> list[dict]:
+    """Seconds of the fastest of ``trials`` calls of each collective at each full-buffer size (bytes,
+    fp32), on every rank of ``group`` (call it on all of them): [{"op", "bytes", "group_size", "seconds"}]."""
+    n = dist.get_world_size(group)
+    bufs = {}
+    for size in sizes:
+        numel = max(n, size // 4 // n * n)  # a whole number of fp32 elements per rank
+        bufs[size] = (torch.ones(numel), torch.ones(numel // n))
+    times: dict[tuple, list[float]] = {}
+    for trial in range(trials + 1):  # trial 0 warms up every buffer and connection
+        for op in ops:
+            for size in sizes:
+                full, shard = bufs[size]
+                dist.barrier(group=group)
+                t0 = time.perf_counter()
+                _call(op, full, shard, group)
+                if trial:
+                    times.setdefault((op, size), []).append(time.perf_counter() - t0)
+    return [{"op": op, "bytes": bufs[size][0].numel() * 4, "group_size": n,
+             "seconds": min(times[(op, size)])} for op in ops for size in sizes]
+
+
+@contextmanager
+def timed_comm(phase: dict):
+    """Time every collective called through ``zero_ref.comm`` inside the block. Yields a list that
+    receives {"op", "bytes", "group_size", "seconds", "phase", "async"} per call; ``phase["name"]``
+    (set by the caller as it goes) labels each call."""
+    calls, originals = [], {name: getattr(comm, name) for name in _TIMED}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            with comm.recording() as log:
+                t0 = time.perf_counter()
+                out = fn(*args, **kwargs)
+                seconds = time.perf_counter() - t0
+            rec = log.records[-1]
+            calls.append({"op": rec.op, "bytes": rec.bytes, "group_size": rec.group_size, "seconds": seconds,
+                          "phase": phase.get("name", ""), "async": bool(kwargs.get("async_op", False))})
+            return out
+        return wrapper
+
+    try:
+        for name, fn in originals.items():
+            setattr(comm, name, timed(name, fn))
+        yield calls
+    finally:
+        for name, fn in originals.items():
+            setattr(comm, name, fn)
+
+
+# ---------------------------------------------------------------- training steps
+
+
+def _build(spec: StepSpec, cfg):
+    from zero_ref.models import GPT, Block
+    from zero_ref.optim import AdamConfig
+    from zero_ref.stages import STAGES
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    extra = {"unit_modules": (Block,)} if spec.stage == 3 else {}
+    opt = STAGES[spec.stage](model, adam=AdamConfig(lr=1e-3, weight_decay=0.0), overlap_comm=False,
+                             gradient_accumulation_steps=spec.gas, **extra)
+    return model, opt
+
+
+def _one_step(model, opt, batches, phase: dict) -> dict:
+    """One optimizer step (``len(batches)`` micro-steps); seconds per phase, summed over micro-steps."""
+    out = dict.fromkeys(("forward", "backward", "optimizer"), 0.0)
+    t_step = time.perf_counter()
+    for idx, targets in batches:
+        phase["name"] = "forward"
+        t0 = time.perf_counter()
+        _, loss = model(idx, targets)
+        t1 = time.perf_counter()
+        phase["name"] = "backward"
+        opt.backward(loss)
+        t2 = time.perf_counter()
+        phase["name"] = "optimizer"
+        opt.step()
+        t3 = time.perf_counter()
+        out["forward"] += t1 - t0
+        out["backward"] += t2 - t1
+        out["optimizer"] += t3 - t2
+    out["step"] = time.perf_counter() - t_step
+    return out
+
+
+def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, seed):
+    from zero_ref.models import GPTConfig, make_batch
+    cfg = GPTConfig(**model)
+    specs = {name: StepSpec(**s) for name, s in specs.items()}
+    m0 = min(s.micro_batch for s in specs.values()) if specs else 4
+    machine = {"gemm_flops": gemm_flops(m0 * cfg.seq_len, cfg.d_model, cfg.ffn_mult * cfg.d_model),
+               "memory_bw": memory_bandwidth(), "cores": cores(), "world_size": world, "memory_bytes": memory_bytes(),
+               "threads": torch.get_num_threads()}
+    sweep = collective_sweep(sweep_sizes) if sweep_sizes else []
+    runs = {name: _build(spec, cfg) for name, spec in specs.items()}
+    batches = {name: [make_batch(cfg, s.micro_batch, seed=seed + 1000 * rank + m) for m in range(s.gas)]
+               for name, s in specs.items()}
+    rows: dict[str, list[dict]] = {name: [] for name in specs}
+    phase: dict = {}
+    names = list(specs)
+    for r in range(warmup + steps):
+        for name in (names if r % 2 else names[::-1]):
+            model_, opt = runs[name]
+            dist.barrier()
+            with timed_comm(phase) as calls:
+                row = _one_step(model_, opt, batches[name], phase)
+            row["calls"] = calls
+            if r >= warmup:
+                rows[name].append(row)
+    out = {}
+    for name, spec in specs.items():
+        rs = rows[name]
+        med = {k: statistics.median(row[k] for row in rs) for k in ("step", "forward", "backward", "optimizer")}
+        comm_by_phase = {p: statistics.median(sum(c["seconds"] for c in row["calls"] if c["phase"] == p and not c["async"])
+                                              for row in rs) for p in ("forward", "backward", "optimizer")}
+        calls = [dict(c, seconds=statistics.median(row["calls"][i]["seconds"] for row in rs))
+                 for i, c in enumerate(rs[0]["calls"])]
+        out[name] = {**asdict(spec), "world_size": world, "seq_len": cfg.seq_len, "steps": len(rs), **med,
+                     "comm": comm_by_phase, "collectives": calls}
+    return {"machine": machine, "sweep": sweep, "steps": out}
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+def measure(specs: dict, world_size: int, *, model: dict | None = None, steps: int = 6, warmup: int = 2,
+            sweep_sizes=SWEEP_BYTES, seed: int = 0, timeout: float = 300.0) -> dict:
+    """Run ``specs`` ({name: StepSpec}) on ``world_size`` gloo ranks (one thread each) and return
+    {"model": GPTConfig fields, "machine": {...}, "sweep": [...], "steps": {name: {...}}} (see the
+    module docstring): each number the mean over ranks of the rank's median."""
+    if not isinstance(specs, dict) or not all(isinstance(s, StepSpec) for s in specs.values()):
+        raise TypeError("specs must be a dict {name: StepSpec}")
+    for name, v, least in (("steps", steps, 1), ("warmup", warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {v!r}")
+    model = dict(model or COURSE_GPT)
+    ranks = launch(_measure_rank, world_size, {k: asdict(s) for k, s in specs.items()}, model, steps, warmup,
+                   tuple(sweep_sizes or ()), seed, timeout=timeout, echo=False)
+    machine = {k: (_mean([r["machine"][k] for r in ranks]) if isinstance(ranks[0]["machine"][k], float)
+                   else ranks[0]["machine"][k]) for k in ranks[0]["machine"]}
+    sweep = [dict(row, seconds=_mean([r["sweep"][i]["seconds"] for r in ranks])) for i, row in enumerate(ranks[0]["sweep"])]
+    steps_out = {}
+    for name, row in ranks[0]["steps"].items():
+        per = [r["steps"][name] for r in ranks]
+        merged = dict(row)
+        for k in ("step", "forward", "backward", "optimizer"):
+            merged[k] = _mean([p[k] for p in per])
+        merged["comm"] = {p: _mean([q["comm"][p] for q in per]) for p in row["comm"]}
+        merged["collectives"] = [dict(c, seconds=_mean([q["collectives"][i]["seconds"] for q in per]))
+                                 for i, c in enumerate(row["collectives"])]
+        steps_out[name] = merged
+    return {"model": model, "machine": machine, "sweep": sweep, "steps": steps_out}
+
+
+# ---------------------------------------------------------------- torch.profiler traces
+
+
+def _trace_rank(rank, world, spec, model, warmup, out_dir, seed):
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from zero_ref.models import GPTConfig, make_batch
+    cfg = GPTConfig(**model)
+    spec = StepSpec(**spec)
+    model_, opt = _build(spec, cfg)
+    batches = [make_batch(cfg, spec.micro_batch, seed=seed + 1000 * rank + m) for m in range(spec.gas)]
+    phase: dict = {}
+    for _ in range(warmup):
+        _one_step(model_, opt, batches, phase)
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function("step"):
+            for idx, targets in batches:
+                with record_function("forward"):
+                    _, loss = model_(idx, targets)
+                with record_function("backward"):
+                    opt.backward(loss)
+                with record_function("optimizer"):
+                    opt.step()
+    path = os.path.join(out_dir, f"zero_ref_rank{rank}.json")
+    prof.export_chrome_trace(path)
+    return path
+
+
+def profile_trace(spec: StepSpec, world_size: int, out_dir, *, model: dict | None = None, warmup: int = 2,
+                  seed: int = 0, timeout: float = 300.0) -> list[str]:
+    """One step of ``spec`` under ``torch.profiler`` on every rank (after ``warmup`` steps), its
+    phases annotated 'step', 'forward', 'backward', 'optimizer'. Writes ``out_dir``/zero_ref_rank{r}.json
+    (Chrome traces: open in ui.perfetto.dev) and returns their paths in rank order."""
+    if not isinstance(spec, StepSpec):
+        raise TypeError(f"spec must be a StepSpec, got {type(spec).__name__}")
+    os.makedirs(out_dir, exist_ok=True)
+    return launch(_trace_rank, world_size, asdict(spec), dict(model or COURSE_GPT), warmup, str(out_dir), seed,
+                  timeout=timeout, echo=False)
+
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def trace_spans(trace) -> list[dict]:
+    """The phases and collectives of a torch.profiler Chrome trace (a path or the loaded dict):
+    [{"name", "track", "start", "end"}] in seconds from the first 'step' annotation. Tracks:
+    'compute' for the phase annotations, 'comm' for gloo's collective work (``gloo:*``, run on
+    gloo's own threads), 'comm call' for the c10d op on the calling thread."""
+    if not isinstance(trace, dict):
+        with open(trace) as f:
+            trace = json.load(f)
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    steps = [e for e in events if e["name"] == "step" and e.get("cat") == "user_annotation"]
+    if not steps:
+        raise ValueError("no 'step' annotation in the trace: record it with zero_ref.profile.profile_trace")
+    t0 = min(e["ts"] for e in steps)
+    spans = []
+    for e in events:
+        name = e["name"]
+        if e.get("cat") == "user_annotation" and name in PHASES + ("step",):
+            track = "step" if name == "step" else "compute"
+        elif name.startswith("gloo:"):
+            track, name = "comm", name.removeprefix("gloo:")
+        elif name.startswith("c10d::"):
+            track = "comm call"
+        else:
+            continue
+        start = (e["ts"] - t0) * 1e-6
+        spans.append({"name": name, "track": track, "start": start, "end": start + e["dur"] * 1e-6})
+    return sorted(spans, key=lambda s: (s["start"], s["track"]))
