@@ -9,14 +9,17 @@ export PYTHONHASHSEED := 0
 NBVAL := --nbval --nbval-sanitize-with course/nbval_sanitize.cfg
 # JupyterLab refuses to run as root without this flag (containers, CI machines run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# Where `make lab` opens the course, and extra JupyterLab options (e.g. LAB_ARGS="--port=8890").
+NOTEBOOK_DIR ?= notebooks
+LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast notebooks check-notebooks release grade
+.PHONY: setup lab test test-fast notebooks check-notebooks release grade site
 
 setup:
 	@VENV=$(VENV) scripts/setup_env.sh
 
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG)
+	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
 	$(PY) -m pytest tests notebooks $(NBVAL) -ra $(PYTEST_ARGS)
@@ -32,6 +35,9 @@ check-notebooks: setup
 
 release: setup  ## the student release of every chapter, into release/
 	$(PY) -m course.assign release notebooks/ch*.ipynb -o release
+
+site: setup  ## the course as a static web site, into site/ (open site/index.html)
+	$(PY) -m course.site -o site
 
 grade: setup  ## grade student notebooks: make grade STUDENTS="submissions/*/ch02_*.ipynb"
 	$(PY) -m course.assign grade $(STUDENTS)

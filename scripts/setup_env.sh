@@ -15,6 +15,17 @@ PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 stamp="$VENV/.zero-lab-installed"
 want=$( (echo "$TORCH"; cat requirements.txt requirements-dev.txt requirements-peers.txt pyproject.toml) | sha256sum | cut -d' ' -f1)
 
+# The browser test (tests/test_browser.py) drives Debian's Chromium; install it where we can.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "Installing Chromium for the browser test (apt-get install chromium) ..."
+    (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) >/dev/null \
+      || echo "warning: could not install chromium; tests/test_browser.py will fail" >&2
+  else
+    echo "note: tests/test_browser.py needs Chromium: sudo apt-get install chromium" >&2
+  fi
+fi
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
   exit 0
 fi

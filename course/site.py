@@ -1,0 +1,139 @@
+"""The course as a static web site: ``python -m course.site [-o site/]``.
+
+Every chapter notebook (already executed: ``notebooks/`` holds the reference outputs) becomes one
+HTML page with its rendered outputs and figures, a sidebar listing the thirty chapters, and
+previous / next links; ``index.html`` holds the syllabus (titles, goals, seed sections) and
+``corrections.html`` the seed corrections the chapters make (course/seed_corrections.md).
+Pages are self-contained (figures are embedded), so the folder can be opened from disk or served
+by any static host. nbconvert does the rendering: it is already in the course environment and
+needs no network, unlike site generators that fetch their themes at build time.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+from nbconvert import HTMLExporter
+
+from course.syllabus import CHAPTERS
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+CORRECTIONS = REPO / "course" / "seed_corrections.md"
+
+STYLE = """
+body.zl { margin: 0; }
+.zl-side { position: fixed; top: 0; left: 0; bottom: 0; width: 17rem; overflow-y: auto; padding: 1rem;
+           background: #f6f6f8; border-right: 1px solid #ddd; font: 13px/1.4 sans-serif; }
+.zl-side a { display: block; padding: 2px 0; color: #234; text-decoration: none; }
+.zl-side a.here { font-weight: bold; }
+.zl-side span.missing { display: block; padding: 2px 0; color: #999; }
+.zl-main { margin-left: 19rem; padding: 1rem 2rem; max-width: 70rem; }
+.zl-nav { display: flex; justify-content: space-between; font: 14px sans-serif; margin: 0.5rem 0 1rem; }
+table.zl-syllabus td, table.zl-syllabus th { padding: 4px 8px; vertical-align: top; border-bottom: 1px solid #eee; }
+"""
+
+
+def page_name(ch) -> str:
+    return ch.notebook.replace(".ipynb", ".html")
+
+
+def sidebar(current: int | None, present: set[int]) -> str:
+    rows = ['<a href="index.html"><b>ZeRO Lab</b> — syllabus</a>', '<a href="corrections.html">Seed corrections</a><hr>']
+    for ch in CHAPTERS:
+        label = f"{ch.number}. {html.escape(ch.title_en.split(':')[0])}"
+        if ch.number in present:
+            cls = ' class="here"' if ch.number == current else ""
+            rows.append(f'<a{cls} href="{page_name(ch)}">{label}</a>')
+        else:
+            rows.append(f'<span class="missing">{label}</span>')
+    return '<nav class="zl-side">' + "\n".join(rows) + "</nav>"
+
+
+def prev_next(number: int, present: list[int]) -> str:
+    i = present.index(number)
+    by_number = {ch.number: ch for ch in CHAPTERS}
+    prev = f'<a href="{page_name(by_number[present[i - 1]])}">← chapter {present[i - 1]}</a>' if i > 0 else "<span></span>"
+    nxt = (f'<a href="{page_name(by_number[present[i + 1]])}">chapter {present[i + 1]} →</a>'
+           if i + 1 < len(present) else "<span></span>")
+    return f'<div class="zl-nav">{prev}<a href="index.html">syllabus</a>{nxt}</div>'
+
+
+def wrap(body: str, head: str, side: str, nav: str = "") -> str:
+    """Put a rendered body inside the site's frame (sidebar, navigation, extra style)."""
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'>{head}<style>{STYLE}</style></head>"
+            f"<body class='zl'>{side}<main class='zl-main'>{nav}{body}{nav}</main></body></html>")
+
+
+def render_notebook(path: Path) -> tuple[str, str]:
+    """(head, body) of nbconvert's lab-template HTML for one executed notebook."""
+    exporter = HTMLExporter(template_name="lab")
+    full, _ = exporter.from_notebook_node(nbformat.read(path, as_version=4))
+    head = re.search(r"<head>(.*?)</head>", full, re.S).group(1)
+    body = re.search(r"<body[^>]*>(.*)</body>", full, re.S).group(1)
+    return head, body
+
+
+def index_page(present: set[int]) -> str:
+    rows = []
+    for ch in CHAPTERS:
+        title = html.escape(ch.title_en)
+        if ch.number in present:
+            title = f'<a href="{page_name(ch)}">{title}</a>'
+        goals = "".join(f"<li>{html.escape(g)}</li>" for g in ch.goals)
+        rows.append(f"<tr><td>{ch.number}</td><td>{title}<br><small>{html.escape(ch.title_zh)}</small>"
+                    f"<ul>{goals}</ul></td><td><small>{html.escape(ch.seed)}</small></td></tr>")
+    body = ("<h1>ZeRO Lab</h1><p>DeepSpeed-style distributed training from first principles: thirty chapters, "
+            "each a JupyterLab notebook built on <code>zero_ref</code> (real <code>torch.distributed</code>) and "
+            "<code>sim</code> (a simulator of step time and memory).</p>"
+            "<table class='zl-syllabus'><tr><th>#</th><th>Chapter and goals</th><th>Seed section</th></tr>"
+            + "\n".join(rows) + "</table>")
+    return wrap(body, "<title>ZeRO Lab</title>", sidebar(None, present))
+
+
+def markdown_page(path: Path) -> str:
+    """A Markdown file rendered with nbconvert's own Markdown renderer (mistune)."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+    return markdown2html_mistune(path.read_text(encoding="utf-8"))
+
+
+def build(out: Path = REPO / "site", notebooks: Path = NOTEBOOKS) -> list[Path]:
+    """Write the site into ``out`` (replacing it) and return the pages written."""
+    files = {ch.number: notebooks / ch.notebook for ch in CHAPTERS if (notebooks / ch.notebook).exists()}
+    if not files:
+        raise FileNotFoundError(f"no chapter notebooks in {notebooks}")
+    present = sorted(files)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    pages = []
+    by_number = {ch.number: ch for ch in CHAPTERS}
+    for n in present:
+        head, body = render_notebook(files[n])
+        page = out / page_name(by_number[n])
+        page.write_text(wrap(body, head, sidebar(n, set(present)), prev_next(n, present)), encoding="utf-8")
+        pages.append(page)
+    (out / "index.html").write_text(index_page(set(present)), encoding="utf-8")
+    pages.append(out / "index.html")
+    if CORRECTIONS.exists():
+        corrections = wrap(markdown_page(CORRECTIONS), "<title>Seed corrections</title>", sidebar(None, set(present)))
+        (out / "corrections.html").write_text(corrections, encoding="utf-8")
+        pages.append(out / "corrections.html")
+    return pages
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m course.site", description=__doc__.splitlines()[0])
+    p.add_argument("-o", "--output-dir", default=str(REPO / "site"), help="default: site/")
+    args = p.parse_args(argv)
+    pages = build(Path(args.output_dir))
+    print(f"wrote {len(pages)} pages to {args.output_dir}/ (open index.html)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

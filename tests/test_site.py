@@ -1,0 +1,28 @@
+"""`python -m course.site` renders every chapter notebook into a static site with navigation."""
+import re
+
+import pytest
+
+from course import site
+from course.syllabus import CHAPTERS
+
+pytestmark = pytest.mark.slow
+
+
+def test_site_has_every_chapter_page_linked_and_rendered(tmp_path):
+    pages = site.build(tmp_path / "site")
+    present = [ch for ch in CHAPTERS if (site.NOTEBOOKS / ch.notebook).exists()]
+    names = {p.name for p in pages}
+    assert {site.page_name(ch) for ch in present} <= names and "index.html" in names
+    index = (tmp_path / "site" / "index.html").read_text()
+    for ch in CHAPTERS:  # the syllabus lists all thirty; chapters with a notebook are links
+        assert f"<td>{ch.number}</td>" in index
+        assert (f'href="{site.page_name(ch)}"' in index) == (ch in present)
+    for i, ch in enumerate(present):
+        page = (tmp_path / "site" / site.page_name(ch)).read_text()
+        assert ch.title_zh in page and "zl-side" in page  # title cell rendered, sidebar present
+        if i + 1 < len(present):
+            assert f'href="{site.page_name(present[i + 1])}"' in page  # "next" link
+    # Figures are embedded, so the site works from disk with no other files.
+    memory = (tmp_path / "site" / "ch02_training_memory.html").read_text()
+    assert re.search(r'<img[^>]+src="data:image/png;base64,', memory)
