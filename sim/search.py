@@ -230,9 +230,9 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
         rows.append(row)
         reason = _host_reason(cluster, need)
         if need["total"] > limit:
-            reason = (f"needs ≥ {need['total'] / GiB:.1f} GiB (states {need['states'] / GiB:.1f} + activations "
+            reason = (f"needs ≥ {need['total'] / GiB:.2f} GiB (states {need['states'] / GiB:.1f} + activations "
                       f"{need['activations'] / GiB:.1f} + buffers {need['transient'] / GiB:.1f}) > "
-                      f"{limit / GiB:.1f}")
+                      f"{limit / GiB:.2f}")
         if reason:
             row.reason = reason
             continue
