@@ -13,7 +13,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NOTEBOOK_DIR ?= notebooks
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast notebooks check-notebooks release grade site
+.PHONY: setup lab test test-fast notebooks check-notebooks release grade grade-class site
 
 setup:
 	@VENV=$(VENV) scripts/setup_env.sh
@@ -41,6 +41,10 @@ site: setup  ## the course as a static web site, into site/ (open site/index.htm
 
 grade: setup  ## grade student notebooks: make grade STUDENTS="submissions/*/ch02_*.ipynb"
 	$(PY) -m course.assign grade $(STUDENTS)
+
+SUBMISSIONS ?= submissions
+grade-class: setup  ## grade a class: SUBMISSIONS/<student>/chNN_*.ipynb → table + grades.csv
+	$(PY) -m course.assign class $(SUBMISSIONS) --csv grades.csv --json grades.json --jobs 2
 
 # The fused Adam CUDA extension (zero_ref/kernels/csrc), compiled with nvcc against PyTorch 2.14.1's
 # CUDA 13 build in a separate venv (.venv-cuda, ~5.5 GB; the course venv keeps its CPU torch).

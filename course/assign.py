@@ -5,8 +5,11 @@ commands derive everything else from it (see ``notebooks/README.md`` for the con
 
     python -m course.assign release NOTEBOOK... [-o release/]
     python -m course.assign grade STUDENT.ipynb... [--reference-dir notebooks/] [--json out.json]
+    python -m course.assign class SUBMISSIONS/ [--csv grades.csv] [--jobs N]
 
-(also installed as ``zero-lab-release`` and ``zero-lab-grade``).
+(also installed as ``zero-lab-release`` and ``zero-lab-grade``). ``class`` grades a whole class:
+``SUBMISSIONS/<student>/chNN_<slug>.ipynb``, one folder per student, and prints one row per student
+with every task of every chapter that has a reference; a notebook not handed in fails its tasks.
 
 Grading runs nbval on a copy of the student's notebook in which every graded cell is the
 reference's cell (source *and* stored output), so a student cannot edit a check: a task
@@ -351,11 +354,77 @@ def grade_main(argv=None, prog="zero-lab-grade") -> int:
     return 0  # grading ran; the table carries the results
 
 
+def grade_class(root, reference_dir=REPO / "notebooks", timeout: float = 900, jobs: int = 1) -> list[GradeReport]:
+    """One report per student folder under ``root``, merging all their chapters' tasks.
+
+    The chapters graded are those any student handed in; a student missing one of them fails its
+    tasks with the reason "not handed in", so every row has the same columns.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    root, reference_dir = Path(root), Path(reference_dir)
+    students = sorted(p for p in root.iterdir() if p.is_dir())
+    if not students:
+        raise NotebookError(f"{root}: no student folders (expected {root}/<student>/chNN_<slug>.ipynb)")
+    chapters = sorted({nb.name for s in students for nb in s.glob("*.ipynb") if (reference_dir / nb.name).exists()})
+    if not chapters:
+        raise NotebookError(f"{root}: no handed-in notebook matches a reference in {reference_dir}")
+    jobs_list = [(s, name) for s in students for name in chapters if (s / name).exists()]
+    with ThreadPoolExecutor(max(1, jobs)) as pool:  # each grade is an nbval subprocess
+        done = dict(zip(jobs_list, pool.map(lambda j: grade(j[0] / j[1], reference_dir / j[1], timeout), jobs_list)))
+    reports = []
+    for s in students:
+        merged = GradeReport(s.name, str(reference_dir))
+        for name in chapters:
+            if (s, name) in done:
+                merged.tasks.update(done[s, name].tasks)
+            else:
+                ref = nbformat.read(reference_dir / name, as_version=4)
+                merged.tasks.update({t: TaskResult(False, f"not handed in: {name}") for t in graded_tasks(ref)})
+        reports.append(merged)
+    return reports
+
+
+def write_csv(reports: list[GradeReport], path) -> None:
+    """student, one column per task (1 or 0), points: a spreadsheet's grade book."""
+    import csv
+
+    tasks = sorted({t for r in reports for t in r.tasks}, key=_task_key)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student", *tasks, "points", "max"])
+        for r in reports:
+            w.writerow([r.student, *(int(r.tasks[t].passed) if t in r.tasks else 0 for t in tasks),
+                        r.points, len(tasks)])
+
+
+def class_main(argv=None, prog="zero-lab-grade-class") -> int:
+    p = argparse.ArgumentParser(prog=prog, description="Grade a class: SUBMISSIONS/<student>/chNN_<slug>.ipynb.")
+    p.add_argument("submissions", metavar="SUBMISSIONS_DIR")
+    p.add_argument("--reference-dir", default=str(REPO / "notebooks"), help="default: the repository's notebooks/")
+    p.add_argument("--csv", metavar="OUT.csv", help="also write the grade book as CSV")
+    p.add_argument("--json", metavar="OUT.json", help="also write the reports as JSON")
+    p.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per notebook (900)")
+    args = p.parse_args(argv)
+    try:
+        reports = grade_class(args.submissions, args.reference_dir, args.timeout, args.jobs)
+    except (OSError, NotebookError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(format_table(reports))
+    if args.csv:
+        write_csv(reports, args.csv)
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.to_dict() for r in reports], indent=1, ensure_ascii=False) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"release": release_main, "grade": grade_main}
+    commands = {"release": release_main, "grade": grade_main, "class": class_main}
     if not argv or argv[0] not in commands:
-        print("usage: python -m course.assign {release,grade} ...", file=sys.stderr)
+        print("usage: python -m course.assign {release,grade,class} ...", file=sys.stderr)
         return 2
     return commands[argv[0]](argv[1:], prog=f"python -m course.assign {argv[0]}")
 

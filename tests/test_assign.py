@@ -149,6 +149,24 @@ def test_grade_table_has_one_row_per_student(graded):
                     "wrong": ["✗", "✓", "1/2"]}
 
 
+def test_grading_a_class_folder_gives_one_row_per_student_and_a_csv(tmp_path):
+    """`python -m course.assign class SUBMISSIONS/`: folders are students; a missing notebook fails."""
+    subs = tmp_path / "submissions"
+    for name, nb in {"ada": reference(), "bob": assign.make_release(reference())}.items():
+        (subs / name).mkdir(parents=True)
+        nbformat.write(nb, subs / name / FIXTURE.name)
+    (subs / "cy").mkdir()  # handed in nothing
+    table, csv_path = io.StringIO(), tmp_path / "grades.csv"
+    with contextlib.redirect_stdout(table):
+        assert assign.class_main([str(subs), "--reference-dir", str(FIXTURE.parent), "--csv", str(csv_path),
+                                  "--jobs", "2"]) == 0
+    rows = {ln.split()[0]: ln.split()[1:] for ln in table.getvalue().splitlines()[1:4]}
+    assert rows == {"ada": ["✓", "✓", "2/2"], "bob": ["✗", "✗", "0/2"], "cy": ["✗", "✗", "0/2"]}
+    assert "cy task 99.1: not handed in: ch99_example.ipynb" in table.getvalue()
+    assert csv_path.read_text().splitlines() == ["student,99.1,99.2,points,max", "ada,1,1,2,2", "bob,0,0,0,2",
+                                                 "cy,0,0,0,2"]
+
+
 def test_grading_notebook_uses_the_reference_checks():
     """Matching is by cell id, else by task tag order; a deleted check is put back."""
     ref, student = reference(), reference()
