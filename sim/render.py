@@ -6,7 +6,9 @@
     render.bubble_bars()                   # the pipeline bubble over micro-batches, for p and v
 
 Each takes an optional ``ax`` and returns the Axes it drew on (``ax.figure`` is the figure); none
-calls ``plt.show()``. The Gantt chart draws each stream kind with one ``PolyCollection`` (one
+calls ``plt.show()``. Calling ``gantt`` or ``memory_stack`` again on the same Axes replaces what the
+previous call drew and keeps the Axes (its ticks are not rebuilt, which is most of a redraw's
+cost), so a slider redraws in place. The Gantt chart draws each stream kind with one ``PolyCollection`` (one
 artist for thousands of bars, so a slider-driven redraw stays fast); its bars span exactly the
 events' start and end. The memory plot uses torch.profiler's memory-timeline colours
 (sim_anchors §2): parameters darkgreen, optimizer states goldenrod, temporaries mediumpurple,
@@ -34,11 +36,23 @@ TORCH_NAMES = {"param": "PARAMETER", "zero3_gathered": "PARAMETER (gathered, ZeR
 MAX_LABELS = 400  # 'auto' labels micro-batches when there are at most this many ops to label
 
 
-def _axes(ax, figsize):
+def _axes(ax, figsize, replace: bool = False):
     if ax is None:
         import matplotlib.pyplot as plt
         _, ax = plt.subplots(figsize=figsize)
+    elif replace:  # remove what an earlier gantt/memory_stack drew here, and only that
+        for artist in getattr(ax, "_sim_drawn", ()):
+            artist.remove()
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if replace:
+        ax._sim_before = set(ax.collections) | set(ax.texts) | set(ax.lines)
     return ax
+
+
+def _remember(ax):
+    """Note the artists this call added, for the next call on the same Axes to replace."""
+    ax._sim_drawn = [a for a in (*ax.collections, *ax.texts, *ax.lines) if a not in ax._sim_before]
 
 
 def gantt(result, ax=None, stages=None, streams=None, labels="auto", height=0.8):
@@ -68,7 +82,7 @@ def gantt(result, ax=None, stages=None, streams=None, labels="auto", height=0.8)
     used = [k for k in wanted if (shown & (stream == k)).any()] if streams is None else wanted
     rows = [(s, k) for s in stages for k in used]
     row_of = {r: n for n, r in enumerate(rows)}
-    ax = _axes(ax, (12, 0.45 * len(rows) + 1.5))
+    ax = _axes(ax, (12, 0.45 * len(rows) + 1.5), replace=True)
 
     for k in used:
         idx = np.flatnonzero(shown & (stream == k))
@@ -104,6 +118,7 @@ def gantt(result, ax=None, stages=None, streams=None, labels="auto", height=0.8)
     handles = [Patch(color=KIND_COLORS[k], label=k) for k in ("forward", "backward")] + [
         Patch(color=STREAM_COLORS[STREAMS[k]], label=STREAMS[k]) for k in used if STREAMS[k] != "compute"]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    _remember(ax)
     return ax
 
 
@@ -120,38 +135,46 @@ def _op_spans(result, stages) -> dict[tuple, list[float]]:
     return spans
 
 
-def memory_stack(result, stage=0, ax=None, tier="gpu", unit=2**30):
+def memory_stack(result, stage=0, ax=None, tier="gpu", unit=2**30, legend="full"):
     """Bytes one stage holds over the step on ``tier``, stacked by category (torch's colours).
 
     The timeline is a step function (it changes only at events), drawn as such up to the end of
     the step; a dashed line marks the peak and, on the GPU, the device's capacity when it is
-    within 1.5× of the peak. ``unit``: bytes per y unit (GiB). Returns the Axes.
+    within 1.5× of the peak. ``unit``: bytes per y unit (GiB). ``legend``: 'full' (each category with
+    torch's name for it), 'short' (the sim's names: fewer glyphs to draw, for sliders) or None.
+    Returns the Axes.
     """
     if tier not in ("gpu", "cpu", "nvme"):
         raise ValueError(f"tier must be 'gpu', 'cpu' or 'nvme', got {tier!r}")
     if not 0 <= stage < result.memory.stages:
         raise ValueError(f"stage {stage} is not in [0, {result.memory.stages})")
-    ax = _axes(ax, (10, 4))
+    ax = _axes(ax, (10, 4), replace=True)
     times, curves = result.memory.curve(stage, tier)
     t_end = max(result.step_time, float(times[-1]) if len(times) else 0.0)
     x = np.append(np.repeat(times, 2)[1:], t_end)          # step function: hold each value until the next event
     cats = [c for c in MEMORY_ORDER if curves[c].any()] or ["param"]
     ys = [np.repeat(curves[c], 2) / unit for c in cats]
     polys = ax.stackplot(x, *ys, colors=[MEMORY_COLORS[c] for c in cats],
-                         labels=[f"{c} ({TORCH_NAMES[c]})" for c in cats], linewidth=0)
+                         labels=[c if legend == "short" else f"{c} ({TORCH_NAMES[c]})" for c in cats],
+                         linewidth=0)
     for c, p in zip(cats, polys):
         if c == "zero3_gathered":
             p.set_alpha(0.45)
     peak = result.memory.peak(stage, tier)["total"] / unit
     ax.axhline(peak, color="black", linestyle="--", linewidth=0.8, label=f"peak {peak:.2f}")
+    top = peak
     if tier == "gpu" and result.cluster.gpu.hbm_bytes / unit <= 1.5 * peak:
-        ax.axhline(result.cluster.gpu.hbm_bytes / unit, color="grey", linestyle=":", label="HBM capacity")
+        top = result.cluster.gpu.hbm_bytes / unit
+        ax.axhline(top, color="grey", linestyle=":", label="HBM capacity")
     ax.set_xlim(0, t_end if t_end > 0 else 1)
+    ax.set_ylim(0, max(peak, top) * 1.05 if max(peak, top) > 0 else 1)
     ax.set_xlabel("time (s)")
     ax.set_ylabel(f"{ {'gpu': 'HBM', 'cpu': 'host', 'nvme': 'NVMe'}[tier]} memory "
                   f"({'GiB' if unit == 2**30 else f'× {unit:g} B'})")
     ax.set_title(f"stage {stage}: memory by category ({tier})")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if legend:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    _remember(ax)
     return ax
 
 

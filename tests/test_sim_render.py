@@ -111,3 +111,23 @@ def test_bubble_bars_are_the_closed_forms():
     assert ax.patches[0].get_height() == pytest.approx(1 / 8)
     marker = ax.get_lines()[0].get_ydata()[0]
     assert marker == pytest.approx(r.bubble_fraction / (1 - r.bubble_fraction))
+
+
+def test_drawing_again_on_the_same_axes_replaces_the_picture():
+    a, b = simulate(num_microbatches=4), simulate(num_microbatches=8)
+    fig, (g, m) = plt.subplots(2, 1)
+    g.axhline(0.5, label="mine")  # an artist the caller drew stays
+    render.gantt(a, ax=g, labels=True)
+    render.memory_stack(a, ax=m)
+    counts = len(g.collections), len(g.texts), len(m.collections), len(m.lines)
+    render.gantt(b, ax=g, labels=True)
+    render.memory_stack(b, ax=m, legend="short")
+    assert (len(g.collections), len(g.texts) // 2, len(m.collections), len(m.lines)) == (
+        counts[0], counts[1], counts[2], counts[3])  # twice the micro-batches: twice the labels
+    assert any(line.get_label() == "mine" for line in g.get_lines())
+    paths = sum(len(c.get_paths()) for c in g.collections if isinstance(c, PolyCollection))
+    assert paths == len(b.graph)
+    assert g.get_xlim()[1] == pytest.approx(b.step_time * 1.01)
+    assert [t.get_text() for t in m.get_legend().get_texts()][0] == "param"  # short labels
+    assert m.get_ylim()[1] == pytest.approx(b.memory.peak(0)["total"] / 2**30 * 1.05)
+    assert render.memory_stack(b, ax=m, legend=None).get_legend() is None
