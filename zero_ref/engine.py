@@ -1,0 +1,337 @@
+"""DeepSpeed's entry point and training-loop API, over zero_ref's stages.
+
+    engine, optimizer, dataloader, lr_scheduler = zero_ref.initialize(model=model, config="ds_config.json")
+    for batch in batches:
+        loss = engine(batch)          # the module's forward
+        engine.backward(loss)         # loss / gradient_accumulation_steps (× the fp16 scale), reduce when due
+        engine.step()                 # at the accumulation boundary: clip, Adam, schedule; else bookkeeping
+
+``initialize`` has DeepSpeed's signature and return tuple. It joins torch.distributed if it is not
+joined yet (from torchrun's environment, or as a single rank when there is none), reads the config
+(``zero_ref.config``: DeepSpeed's keys and defaults, one clear error per problem), and composes the
+stage of ``zero_optimization.stage`` (``zero_ref.stages``) with its knobs, precision and offload.
+
+The optimizer: an ``"optimizer"`` section with type Adam or AdamW (DeepSpeed's Adam is AdamW unless
+``adam_w_mode`` is false), or ``optimizer=`` a ``torch.optim.Adam`` / ``AdamW`` (or a callable making
+one) whose hyper-parameters are read — the stage then steps Adam on its own partitions, as DeepSpeed
+wraps a client optimizer in its ZeRO optimizer. Any other optimizer is an error: the stages implement
+Adam(W) only (``zero_allow_untested_optimizer`` cannot change that). As in DeepSpeed, ``optimizer=``
+wins over the config section, and with ZeRO-Offload a client optimizer needs
+``"zero_force_ds_cpu_optimizer": false``. Per-group hyper-parameters are not supported.
+
+Checkpoints: ``save_checkpoint`` / ``load_checkpoint`` delegate to zero_ref.checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from zero_ref import lr_schedules
+from zero_ref.config import Config, ConfigError, load, parse
+from zero_ref.measure import unique_storage_bytes
+from zero_ref.optim import AdamConfig
+from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
+from zero_ref.stages import STAGES
+
+__all__ = ["initialize", "init_distributed", "Engine"]
+
+
+def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_parameters=None, training_data=None,
+               lr_scheduler=None, distributed_port: int = 29500, mpu=None, dist_init_required: bool | None = None,
+               collate_fn=None, config=None, mesh_param=None, config_params=None):
+    """``(engine, optimizer, training_dataloader, lr_scheduler)``, as ``deepspeed.initialize`` returns them.
+
+    ``config`` is a dict, a JSON path or base64 JSON (or ``args.deepspeed_config``; ``config_params`` is
+    DeepSpeed's older name). The dataloader and scheduler are None unless ``training_data`` / a
+    scheduler is given. ``mpu`` and ``mesh_param`` (model parallelism) are not supported."""
+    if model is None:
+        raise ValueError("initialize: model is required (the torch.nn.Module to train)")
+    for name, value in (("mpu", mpu), ("mesh_param", mesh_param)):
+        if value is not None:
+            raise ValueError(f"initialize: {name}= (model parallelism) is not supported by zero_ref's engine")
+    if config is not None and config_params is not None:
+        raise ValueError("initialize: give config= or its older name config_params=, not both")
+    config = config if config is not None else config_params
+    from_args = getattr(args, "deepspeed_config", None)
+    if config is not None and from_args is not None:
+        raise ValueError("initialize: the config is given twice (config= and args.deepspeed_config); give one")
+    config = config if config is not None else from_args
+    if config is None:
+        raise ValueError("initialize: no config; pass config= (a dict or a JSON path) or args.deepspeed_config")
+    raw = load(config)  # a missing file or bad JSON fails here, before any process group exists
+    init_distributed(dist_init_required, distributed_port)
+    engine = Engine(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
+                    lr_scheduler=lr_scheduler, collate_fn=collate_fn)
+    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
+
+
+def init_distributed(dist_init_required: bool | None = None, distributed_port: int = 29500) -> None:
+    """Join torch.distributed unless joined: from the launcher's environment (torchrun sets RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), else as the only rank of a one-process group."""
+    if dist.is_initialized():
+        return
+    if dist_init_required is False:
+        raise RuntimeError("torch.distributed is not initialized and dist_init_required=False: call "
+                           "torch.distributed.init_process_group first (or leave dist_init_required unset)")
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(distributed_port))
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+    else:  # `python train.py` without a launcher: one rank, no network
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+class Engine(nn.Module):
+    """The model, its ZeRO stage (``.optimizer``), the schedule and the step counters."""
+
+    def __init__(self, model: nn.Module, config, *, optimizer=None, model_parameters=None, training_data=None,
+                 lr_scheduler=None, collate_fn=None):
+        super().__init__()
+        self.dp_group = dist.group.WORLD
+        self.dp_rank, self.dp_world_size = dist.get_rank(), dist.get_world_size()
+        self.global_rank, self.world_size = self.dp_rank, self.dp_world_size
+        self.config: Config = config if isinstance(config, Config) and config.batch else parse(config, dp=self.dp_world_size)
+        cfg = self.config
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.device = torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        self.module = model.to(self.device)
+        self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
+        self._step_applied = False
+        self._times = {"forward": 0.0, "backward": 0.0, "step": 0.0}
+        adam, self.client_optimizer = self._adam(optimizer, model_parameters)
+        self.optimizer = STAGES[cfg.zero_optimization.stage](model, **self._stage_kwargs(adam))
+        # DeepSpeed's optimizers expose torch's param_groups; schedules write the rate there.
+        self.optimizer.param_groups = [{"lr": adam.lr, "betas": adam.betas, "eps": adam.eps,
+                                        "weight_decay": adam.weight_decay}]
+        self._lr_source = self.optimizer
+        self.lr_scheduler = self._scheduler(lr_scheduler)
+        self._sync_lr()
+        self.training_dataloader = self._dataloader(training_data, collate_fn)
+        if self.dp_rank == 0:
+            for note in cfg.notes:
+                print(f"[zero_ref] note: {note}")
+
+    # ------------------------------------------------------------ set-up
+    def _adam(self, optimizer, model_parameters) -> tuple[AdamConfig, object]:
+        """Adam's hyper-parameters from the client optimizer or the config's optimizer section."""
+        cfg = self.config
+        trainable = [p for p in self.module.parameters() if p.requires_grad]
+        if model_parameters is not None:
+            given = [p for g in model_parameters for p in (g["params"] if isinstance(g, dict) else [g])]
+            self._check_params(given, trainable, "model_parameters")
+        if optimizer is None:
+            if cfg.optimizer is None:
+                raise ConfigError("optimizer", "optimizer: none given; add an \"optimizer\" section ({\"type\": "
+                                               "\"AdamW\", \"params\": {\"lr\": 1e-3}}) or pass optimizer="
+                                               "torch.optim.AdamW(...) to initialize")
+            o = cfg.optimizer
+            p = o.params
+            return AdamConfig(lr=p.lr, betas=p.betas, eps=p.eps, weight_decay=o.weight_decay, adamw=o.adamw), None
+        if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
+            optimizer = optimizer(trainable)  # DeepSpeed's optimizer callable: params -> optimizer
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigError("optimizer", f"optimizer= must be a torch.optim.Adam or AdamW (or a callable "
+                                           f"making one), got {type(optimizer).__name__}")
+        if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
+            allowed = (" zero_allow_untested_optimizer lets DeepSpeed try an untested optimizer; zero_ref has no "
+                       "other optimizer to run." if cfg.zero_allow_untested_optimizer else "")
+            raise ConfigError("optimizer", f"optimizer={type(optimizer).__name__} is not supported by zero_ref: its "
+                                           f"stages step Adam(W) on their partitions; use torch.optim.AdamW or an "
+                                           f"\"optimizer\" config section.{allowed}")
+        off = cfg.zero_optimization.offload_optimizer
+        if off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer:
+            raise ConfigError("zero_force_ds_cpu_optimizer", "zero_force_ds_cpu_optimizer is true (the default) and "
+                                                             "ZeRO-Offload got a client optimizer, which DeepSpeed "
+                                                             "refuses too: set an \"optimizer\" config section instead, "
+                                                             "or set \"zero_force_ds_cpu_optimizer\": false")
+        if cfg.optimizer is not None and self.dp_rank == 0:
+            print("[zero_ref] note: optimizer= was passed, so the config's \"optimizer\" section is not used "
+                  "(as in DeepSpeed)")
+        groups = optimizer.param_groups
+        self._check_params([p for g in groups for p in g["params"]], trainable, "the optimizer's parameters")
+        hyper = [(g["lr"], tuple(g["betas"]), g["eps"], g["weight_decay"]) for g in groups]
+        if len(set(hyper)) > 1:
+            raise ConfigError("optimizer", "optimizer: param groups with different hyper-parameters are not supported "
+                                           "by zero_ref (one Adam per partition); use one group")
+        if any(g.get("amsgrad") or g.get("maximize") for g in groups):
+            raise ConfigError("optimizer", "optimizer: amsgrad / maximize are not supported by zero_ref")
+        lr, betas, eps, wd = hyper[0]
+        return AdamConfig(lr=float(lr), betas=betas, eps=eps, weight_decay=wd,
+                          adamw=isinstance(optimizer, torch.optim.AdamW)), optimizer
+
+    @staticmethod
+    def _check_params(given, trainable, what: str) -> None:
+        if {id(p) for p in given} != {id(p) for p in trainable}:
+            raise ConfigError("model_parameters", f"{what} must be exactly the module's parameters with "
+                                                  "requires_grad=True: zero_ref trains every such parameter; freeze "
+                                                  "the others with requires_grad_(False) instead of leaving them out")
+
+    def _stage_kwargs(self, adam: AdamConfig) -> dict:
+        cfg, z = self.config, self.config.zero_optimization
+        scaler = None
+        if cfg.precision == "fp16":
+            scaler = loss_scaler_from_config({k: getattr(cfg.fp16, k) for k in FP16_DEFAULTS})
+        kw = dict(adam=adam, precision=cfg.precision, group=self.dp_group, reduce_bucket_size=z.reduce_bucket_size,
+                  overlap_comm=z.overlap_comm, gradient_accumulation_steps=cfg.batch.gradient_accumulation_steps,
+                  gradient_clipping=cfg.gradient_clipping, loss_scaler=scaler, offload_optimizer=z.offload_optimizer,
+                  offload_param=z.offload_param, aio=cfg.aio, sub_group_size=z.sub_group_size)
+        if z.stage == 3:
+            kw.update(prefetch_bucket_size=z.stage3_prefetch_bucket_size,
+                      param_persistence_threshold=z.stage3_param_persistence_threshold,
+                      max_live_parameters=z.stage3_max_live_parameters)
+        return kw
+
+    def _scheduler(self, client):
+        """The client's scheduler (or callable), else the config's; None if neither."""
+        if client is not None:
+            if callable(client) and not hasattr(client, "step"):
+                return client(self.client_optimizer or self.optimizer)  # DeepSpeed's scheduler callable
+            if self.client_optimizer is not None and getattr(client, "optimizer", None) is self.client_optimizer:
+                self._lr_source = self.client_optimizer  # a torch scheduler drives the client optimizer's lr
+            return client
+        sch = self.config.scheduler
+        if sch is None:
+            return None
+        params = {f: getattr(sch.params, f) for f in sch.params.__dataclass_fields__}
+        return lr_schedules.build(sch.type, self.optimizer, params)
+
+    def _dataloader(self, data, collate_fn):
+        if data is None:
+            return None
+        from torch.utils.data import DataLoader, DistributedSampler
+        sampler = DistributedSampler(data, num_replicas=self.dp_world_size, rank=self.dp_rank)
+        return DataLoader(data, batch_size=self.train_micro_batch_size_per_gpu(), sampler=sampler,
+                          collate_fn=collate_fn, drop_last=self.config.dataloader_drop_last)
+
+    def _sync_lr(self) -> None:
+        self.optimizer.adam.lr = float(self._lr_source.param_groups[0]["lr"])
+
+    # ------------------------------------------------------------ the training loop
+    def forward(self, *args, **kwargs):
+        """The module's forward."""
+        start = time.perf_counter()
+        out = self.module(*args, **kwargs)
+        self._times["forward"] += time.perf_counter() - start
+        return out
+
+    def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True) -> torch.Tensor:
+        """Backward of loss / gradient_accumulation_steps (× the fp16 loss scale); gradients are
+        reduced (stage 0/1: at the boundary; stage 2/3: every micro-step) by the stage."""
+        if retain_graph or not scale_wrt_gas:
+            raise ValueError("backward: retain_graph=True and scale_wrt_gas=False are not supported by zero_ref")
+        start = time.perf_counter()
+        self.optimizer.backward(loss)
+        self._times["backward"] += time.perf_counter() - start
+        return loss
+
+    def is_gradient_accumulation_boundary(self) -> bool:
+        """True during the last micro-batch of an optimizer step (its backward and its step())."""
+        return (self.micro_steps + 1) % self.gradient_accumulation_steps() == 0
+
+    def step(self, lr_kwargs: dict | None = None) -> None:
+        """At the accumulation boundary: the stage's step (unscale, overflow check, clip, Adam), then
+        the schedule (if the step was applied: an fp16 overflow skips both); always count the micro-step."""
+        if self.optimizer.micro_steps != self.micro_steps + 1:
+            raise RuntimeError("engine.step() must follow exactly one engine.backward(loss) per micro-batch "
+                               f"(backward calls: {self.optimizer.micro_steps}, step calls: {self.micro_steps})")
+        start = time.perf_counter()
+        if self.is_gradient_accumulation_boundary():
+            self._sync_lr()
+            self._step_applied = self.optimizer.step()
+            if self._step_applied and self.lr_scheduler is not None:
+                with warnings.catch_warnings():  # a torch scheduler on the client optimizer, which the stage
+                    warnings.filterwarnings("ignore", "Detected call of `lr_scheduler")  # steps for it
+                    self.lr_scheduler.step(**(lr_kwargs or {}))
+            elif not self._step_applied:
+                self.skipped_steps += 1
+            self.global_steps += 1
+            self.global_samples += self.train_batch_size()
+            self._times["step"] += time.perf_counter() - start
+            if self.config.steps_per_print and self.global_steps % self.config.steps_per_print == 0:
+                self._report()
+        self.micro_steps += 1
+
+    def _report(self) -> None:
+        if self.dp_rank != 0:
+            return
+        print(f"[zero_ref] step={self.global_steps}, skipped={self.skipped_steps}, lr={self.get_lr()}, "
+              f"mom={self.get_mom()}")
+        if self.config.wall_clock_breakdown:
+            n = self.config.steps_per_print
+            print("[zero_ref] time (ms) | " + " | ".join(f"{k}: {1e3 * v / n:.2f}" for k, v in self._times.items()))
+            self._times = dict.fromkeys(self._times, 0.0)
+        if self.config.memory_breakdown:
+            held = {k: unique_storage_bytes(v) for k, v in self.optimizer.state_tensors().items()}
+            print("[zero_ref] bytes held (rank 0) | " + " | ".join(f"{k}: {v}" for k, v in held.items()))
+
+    def zero_grad(self) -> None:
+        """Gradients are cleared by the stage after each step; this exists for drop-in loops."""
+
+    # ------------------------------------------------------------ accessors (DeepSpeed's names)
+    def train_batch_size(self) -> int:
+        return self.config.batch.train_batch_size
+
+    def train_micro_batch_size_per_gpu(self) -> int:
+        return self.config.batch.train_micro_batch_size_per_gpu
+
+    def gradient_accumulation_steps(self) -> int:
+        return self.config.batch.gradient_accumulation_steps
+
+    def zero_optimization_stage(self) -> int:
+        return self.config.zero_optimization.stage
+
+    def zero_optimization(self) -> bool:
+        return self.zero_optimization_stage() > 0
+
+    def fp16_enabled(self) -> bool:
+        return self.config.fp16.enabled
+
+    def bfloat16_enabled(self) -> bool:
+        return self.config.bf16.enabled
+
+    def gradient_clipping(self) -> float:
+        return self.config.gradient_clipping
+
+    def get_lr(self) -> list[float]:
+        return [g["lr"] for g in self._lr_source.param_groups]
+
+    def get_mom(self) -> list:
+        return [g["betas"] for g in self._lr_source.param_groups]
+
+    def get_global_grad_norm(self) -> float | None:
+        return self.optimizer.last_grad_norm
+
+    def was_step_applied(self) -> bool:
+        return self._step_applied
+
+    @property
+    def loss_scale(self) -> float:
+        return self.optimizer.loss_scale
+
+    # ------------------------------------------------------------ checkpoints (zero_ref.checkpoint)
+    def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest: bool = True,  # noqa: B006 (DeepSpeed's)
+                        exclude_frozen_parameters: bool = False):
+        """Every rank must call it (it has collectives). Delegates to ``zero_ref.checkpoint.save``."""
+        if exclude_frozen_parameters:
+            raise ValueError("save_checkpoint: exclude_frozen_parameters=True is not supported by zero_ref")
+        from zero_ref import checkpoint
+        return checkpoint.save(self, save_dir, tag, client_state, save_latest)
+
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict: bool = True, load_optimizer_states: bool = True,
+                        load_lr_scheduler_states: bool = True, load_module_only: bool = False, custom_load_fn=None):
+        """``(load_path, client_state)``. Delegates to ``zero_ref.checkpoint.load``; DeepSpeed's argument order."""
+        if not load_module_strict or custom_load_fn is not None:
+            raise ValueError("load_checkpoint: load_module_strict=False and custom_load_fn are not supported by zero_ref")
+        if load_module_only:
+            load_optimizer_states = load_lr_scheduler_states = False
+        from zero_ref import checkpoint
+        return checkpoint.load(self, load_dir, tag, load_optimizer_states, load_lr_scheduler_states)
