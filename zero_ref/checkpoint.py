@@ -23,6 +23,8 @@ files are complete; only then rank 0 renames the folder to ``<dir>/<tag>`` and r
 checkpoint and ``latest`` as they were; a stale ``.tmp`` folder is removed by the next save.
 Safe to load: files are read with ``torch.load(weights_only=True)``, which refuses any pickled object
 that is not a tensor or a plain container, so a checkpoint cannot run code (``CheckpointError``).
+Reading needs no engine: ``zero_ref.zero_to_fp32`` holds the reader and consolidates any checkpoint
+into one fp32 state dict.
 """
 from __future__ import annotations
 
@@ -37,23 +39,10 @@ import warnings
 import torch
 
 from zero_ref import comm
+from zero_ref.zero_to_fp32 import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, _numel, optim_file,
+                                   param_file, resolve)
 
-FORMAT = 1
-META, MODEL, LATEST = "metadata.json", "model_states.pt", "latest"
-STATES = ("master", "exp_avg", "exp_avg_sq")
-
-
-def optim_file(rank: int) -> str:
-    return f"optim_states_rank{rank:03d}.pt"
-
-
-def param_file(rank: int) -> str:
-    return f"param_states_rank{rank:03d}.pt"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be saved or loaded (missing, incomplete, unsafe or for another model)."""
-
+__all__ = ["save", "load", "CheckpointError", "Reader", "resolve"]
 
 # ---------------------------------------------------------------- what a rank owns
 def _names(module) -> dict[int, str]:
@@ -152,6 +141,29 @@ def _check_loadable(obj, what: str) -> None:
                         "to tensors, numbers, strings, lists, tuples and dicts") from None
 
 
+def _rank0(group) -> int:
+    return torch.distributed.get_global_rank(group, 0) if group is not None else 0
+
+
+def _shard_files(opt, names: dict) -> dict[str, dict]:
+    """What this rank writes: its pieces of the optimizer states (and, in stage 3, of the parameters)."""
+    rank, pieces = opt.rank, {}
+    for b, st in zip(opt.buckets, _read_states(opt)):
+        for name, lo, hi, at in _owned(opt, b, names, [rank]):
+            pieces[name] = {"start": lo, **{k: _copy(t[at:at + hi - lo]) for k, t in zip(STATES, st)}}
+    rng = {"cpu": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if torch.cuda.is_available() else {})}
+    files = {optim_file(rank): {"rank": rank, "pieces": pieces, "rng": rng}}
+    if opt.stage == 3:
+        pieces = {}
+        for u in opt.units:
+            part = u.device_part()
+            for pc in u.layout.pieces(rank):
+                pieces[names[id(u.params[pc.index])]] = {
+                    "start": pc.param_start, "param": _copy(part[pc.shard_start:pc.shard_start + pc.numel])}
+        files[param_file(rank)] = {"rank": rank, "pieces": pieces}
+    return files
+
+
 def save(engine, save_dir: str, tag=None, client_state: dict | None = None, save_latest: bool = True) -> str:
     """Every rank writes its shard; returns the checkpoint's folder. A collective: call it on every rank."""
     opt, module = engine.optimizer, engine.module
@@ -163,6 +175,9 @@ def save(engine, save_dir: str, tag=None, client_state: dict | None = None, save
         raise CheckpointError(f"save_checkpoint after micro-step {opt.micro_steps}, inside an accumulation window of "
                               f"{opt.gas}: the accumulated gradients would be lost; save after engine.step() at a "
                               "boundary")
+    _check_loadable(client_state or {}, "client_state")
+    sched = engine.lr_scheduler.state_dict() if getattr(engine, "lr_scheduler", None) is not None else None
+    _check_loadable(sched, "the lr scheduler's state_dict()")
     os.makedirs(save_dir, exist_ok=True)
     nonce = torch.zeros(1, dtype=torch.int64)
     if rank == 0:
@@ -170,39 +185,25 @@ def save(engine, save_dir: str, tag=None, client_state: dict | None = None, save
             if re.fullmatch(r"\..+\.(tmp|old)-[0-9a-f]+", stale):
                 shutil.rmtree(os.path.join(save_dir, stale), ignore_errors=True)
         nonce[0] = int.from_bytes(os.urandom(6), "little")
-    if world > 1:
-        comm.broadcast(nonce, src=torch.distributed.get_global_rank(group, 0) if group is not None else 0, group=group)
+    if world > 1:  # (also orders the clean-up above before anyone writes)
+        comm.broadcast(nonce, src=_rank0(group), group=group)
     tmp = os.path.join(save_dir, f".{tag}.tmp-{int(nonce):012x}")
-    names, buckets = _names(module), opt.buckets
-    sizes, error = torch.full((2,), -1, dtype=torch.int64), None
+    names = _names(module)
+    sizes, error = torch.zeros(2, dtype=torch.int64), None  # [optimizer file, parameter file] bytes; -1: failed
     try:
         os.makedirs(tmp, exist_ok=True)
-        pieces = {}
-        for b, st in zip(buckets, _read_states(opt)):
-            for name, lo, hi, at in _owned(opt, b, names, [rank]):
-                pieces[name] = {"start": lo, **{k: _copy(t[at:at + hi - lo]) for k, t in zip(STATES, st)}}
-        rng = {"cpu": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if torch.cuda.is_available() else {})}
-        sizes[0] = _save_file({"rank": rank, "pieces": pieces, "rng": rng}, os.path.join(tmp, optim_file(rank)))
-        sizes[1] = 0
-        if opt.stage == 3:
-            pieces = {}
-            for u in opt.units:
-                part = u.device_part()
-                for pc in u.layout.pieces(rank):
-                    pieces[names[id(u.params[pc.index])]] = {
-                        "start": pc.param_start, "param": _copy(part[pc.shard_start:pc.shard_start + pc.numel])}
-            sizes[1] = _save_file({"rank": rank, "pieces": pieces}, os.path.join(tmp, param_file(rank)))
+        for i, (file, obj) in enumerate(_shard_files(opt, names).items()):
+            sizes[i] = _save_file(obj, os.path.join(tmp, file))
         if rank == 0:
-            _save_model_states(engine, tmp, names, client_state)
-    except BaseException as e:  # the others must learn of it: they would otherwise commit without us
-        sizes[:], error = -1, e
+            _save_model_states(engine, os.path.join(tmp, MODEL), client_state, sched)
+    except BaseException as e:  # the others must learn of it, or rank 0 would commit an incomplete checkpoint
+        sizes[0], error = -1, e
     all_sizes = torch.zeros(2 * world, dtype=torch.int64)
     comm.all_gather(all_sizes, sizes, group=group) if world > 1 else all_sizes.copy_(sizes)
     all_sizes = all_sizes.view(world, 2).tolist()
-    if any(s[0] < 0 for s in all_sizes):
+    if failed := [r for r, s in enumerate(all_sizes) if s[0] < 0]:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
-        failed = [r for r, s in enumerate(all_sizes) if s[0] < 0]
         raise CheckpointError(f"saving checkpoint {tag!r} failed on rank(s) {failed}; {save_dir} is unchanged") from error
     ok = torch.ones(1, dtype=torch.int64)
     if rank == 0:
@@ -212,17 +213,14 @@ def save(engine, save_dir: str, tag=None, client_state: dict | None = None, save
         except BaseException as e:
             ok[0], error = 0, e
     if world > 1:
-        comm.broadcast(ok, src=torch.distributed.get_global_rank(group, 0) if group is not None else 0, group=group)
+        comm.broadcast(ok, src=_rank0(group), group=group)
     if not ok[0]:
         raise CheckpointError(f"rank 0 could not commit checkpoint {tag!r} in {save_dir}") from error
     return os.path.join(save_dir, tag)
 
 
-def _save_model_states(engine, tmp: str, names: dict, client_state) -> None:
+def _save_model_states(engine, path: str, client_state, sched) -> None:
     opt, module = engine.optimizer, engine.module
-    _check_loadable(client_state or {}, "client_state")
-    sched = engine.lr_scheduler.state_dict() if getattr(engine, "lr_scheduler", None) is not None else None
-    _check_loadable(sched, "the lr scheduler's state_dict()")
     if opt.stage == 3:  # parameters are partitioned: buffers only here, parameters in param_states_rank*.pt
         keys = set(_state_keys(module)) - {n for n, _ in module.named_parameters(remove_duplicate=False)}
         state = {k: _copy(v) for k, v in module.named_buffers(remove_duplicate=False) if k in keys}
@@ -236,7 +234,7 @@ def _save_model_states(engine, tmp: str, names: dict, client_state) -> None:
                  "adamw": adam.adamw},
         "optimizer_steps": opt.global_steps, "skipped_steps": opt.skipped_steps, "micro_steps": opt.micro_steps,
         **{k: getattr(engine, k, 0) for k in ("global_steps", "global_samples")},
-    }, os.path.join(tmp, MODEL))
+    }, path)
 
 
 def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
@@ -271,13 +269,6 @@ def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
     _fsync_dir(tmp)
 
 
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
 def _commit(save_dir: str, tmp: str, tag: str, save_latest: bool) -> None:
     final, old = os.path.join(save_dir, tag), None
     if os.path.exists(final):  # re-saving a tag: move the old one aside first (a directory cannot be replaced)
@@ -293,80 +284,6 @@ def _commit(save_dir: str, tmp: str, tag: str, save_latest: bool) -> None:
     _fsync_dir(save_dir)
     if old:
         shutil.rmtree(old, ignore_errors=True)
-
-
-# ---------------------------------------------------------------- read
-def resolve(load_dir: str, tag=None) -> str | None:
-    """The folder of checkpoint ``tag`` (``latest``'s when None; None when there is no ``latest``)."""
-    if tag is None:
-        latest = os.path.join(load_dir, LATEST)
-        if not os.path.isfile(latest):
-            return None
-        with open(latest) as f:
-            tag = f.read().strip()
-    path = os.path.join(load_dir, str(tag))
-    if not os.path.isdir(path):
-        have = sorted(t for t in os.listdir(load_dir) if os.path.isdir(os.path.join(load_dir, t)) and t[0] != ".") \
-            if os.path.isdir(load_dir) else []
-        raise CheckpointError(f"no checkpoint {str(tag)!r} in {load_dir} (tags there: {have or 'none'})")
-    return path
-
-
-class Reader:
-    """A checkpoint folder read safely: metadata, and any element range of any parameter's state."""
-
-    def __init__(self, path: str):
-        self.path, self._files = path, {}
-        meta = os.path.join(path, META)
-        if not os.path.isfile(meta):
-            ds = any(f.endswith("model_states.pt") and f.startswith("mp_rank") for f in os.listdir(path))
-            raise CheckpointError(f"{path} has no {META}" + (": it looks like a DeepSpeed checkpoint, which zero_ref "
-                                  "does not read (DeepSpeed's zero_to_fp32.py converts it to a state dict)" if ds else ""))
-        with open(meta) as f:
-            self.meta = json.load(f)
-        if self.meta.get("format") != FORMAT:
-            raise CheckpointError(f"{meta}: checkpoint format {self.meta.get('format')!r}, this zero_ref reads {FORMAT}")
-        self.where: dict[tuple, list] = {}  # (kind, name) -> [(start, end, file)]
-        for kind, files in self.meta["index"].items():
-            for file, entries in files.items():
-                for name, lo, hi in entries:
-                    self.where.setdefault((kind, name), []).append((lo, hi, file))
-
-    def load(self, file: str):
-        if file not in self._files:
-            path = os.path.join(self.path, file)
-            if not os.path.isfile(path):
-                raise CheckpointError(f"checkpoint {self.path} is missing {file}")
-            want = self.meta["file_bytes"].get(file)
-            if want is not None and os.path.getsize(path) != want:
-                raise CheckpointError(f"{path} is {os.path.getsize(path)} bytes; the checkpoint recorded {want} "
-                                      "(truncated or replaced)")
-            try:
-                self._files[file] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except pickle.UnpicklingError as e:
-                raise CheckpointError(f"refused to load {path}: it holds pickled objects other than tensors and plain "
-                                      f"containers, which could run code ({str(e).strip().splitlines()[-1]})") from None
-            except RuntimeError as e:
-                raise CheckpointError(f"cannot read {path}: {e}") from None
-        return self._files[file]
-
-    def read(self, name: str, key: str, lo: int = 0, hi: int | None = None) -> torch.Tensor:
-        """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param" or one of STATES)."""
-        kind = "param" if key == "param" else "optim"
-        hi = _numel(self.meta["params"][name]["shape"]) if hi is None else hi
-        parts, pos = [], lo
-        for a, b, file in sorted(self.where.get((kind, name), [])):
-            if b <= pos or a >= hi:
-                continue
-            if a > pos:
-                break
-            d = self.load(file)
-            t = d["module"][name].reshape(-1) if file == MODEL else d["pieces"][name][key]
-            parts.append(t[pos - a:min(b, hi) - a])
-            pos = min(b, hi)
-        if pos < hi:
-            raise CheckpointError(f"{self.path} holds no {key} for elements [{pos}, {hi}) of '{name}'")
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
 # ---------------------------------------------------------------- load

@@ -1,0 +1,192 @@
+"""Read a zero_ref checkpoint without an engine or a process group; consolidate it into one fp32 state dict.
+
+    python -m zero_ref.zero_to_fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag T] [--exclude-frozen-parameters]
+
+``get_fp32_state_dict_from_zero_checkpoint(dir, tag=None)`` returns what ``model.state_dict()`` of
+the fp32 model would hold, whatever the stage and world size the checkpoint was saved at (DeepSpeed's
+``zero_to_fp32.py`` does this for its own files): each trainable parameter assembled from the fp32
+master pieces of every rank's optimizer file, frozen parameters and buffers cast to fp32, a tied
+weight under each of its names.
+
+This module is the reading half of the format ``zero_ref.checkpoint`` writes (file names, the index
+in ``metadata.json``): ``Reader`` opens a checkpoint folder, loads files only with
+``torch.load(weights_only=True)`` (a pickle that would run code is refused) and memory-maps them, so
+reading a range of one parameter touches only those bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pickle
+import zipfile
+
+import torch
+
+FORMAT = 1
+META, MODEL, LATEST = "metadata.json", "model_states.pt", "latest"
+STATES = ("master", "exp_avg", "exp_avg_sq")
+
+
+def optim_file(rank: int) -> str:
+    return f"optim_states_rank{rank:03d}.pt"
+
+
+def param_file(rank: int) -> str:
+    return f"param_states_rank{rank:03d}.pt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be saved or loaded (missing, incomplete, unsafe or for another model)."""
+
+
+# ---------------------------------------------------------------- read
+def resolve(load_dir: str, tag=None) -> str | None:
+    """The folder of checkpoint ``tag`` (``latest``'s when None; None when there is no ``latest``)."""
+    if tag is None:
+        latest = os.path.join(load_dir, LATEST)
+        if not os.path.isfile(latest):
+            return None
+        with open(latest) as f:
+            tag = f.read().strip()
+    path = os.path.join(load_dir, str(tag))
+    if not os.path.isdir(path):
+        have = sorted(t for t in os.listdir(load_dir) if os.path.isdir(os.path.join(load_dir, t)) and t[0] != ".") \
+            if os.path.isdir(load_dir) else []
+        raise CheckpointError(f"no checkpoint {str(tag)!r} in {load_dir} (tags there: {have or 'none'})")
+    return path
+
+
+class Reader:
+    """A checkpoint folder read safely: metadata, and any element range of any parameter's state."""
+
+    def __init__(self, path: str):
+        self.path, self._files = path, {}
+        meta = os.path.join(path, META)
+        if not os.path.isfile(meta):
+            ds = any(f.endswith("model_states.pt") and f.startswith("mp_rank") for f in os.listdir(path))
+            raise CheckpointError(f"{path} has no {META}" + (": it looks like a DeepSpeed checkpoint, which zero_ref "
+                                  "does not read (DeepSpeed's zero_to_fp32.py converts it to a state dict)" if ds else ""))
+        with open(meta) as f:
+            self.meta = json.load(f)
+        if self.meta.get("format") != FORMAT:
+            raise CheckpointError(f"{meta}: checkpoint format {self.meta.get('format')!r}, this zero_ref reads {FORMAT}")
+        self.where: dict[tuple, list] = {}  # (kind, name) -> [(start, end, file)]
+        for kind, files in self.meta["index"].items():
+            for file, entries in files.items():
+                for name, lo, hi in entries:
+                    self.where.setdefault((kind, name), []).append((lo, hi, file))
+
+    def load(self, file: str):
+        if file not in self._files:
+            path = os.path.join(self.path, file)
+            if not os.path.isfile(path):
+                raise CheckpointError(f"checkpoint {self.path} is missing {file}")
+            want = self.meta["file_bytes"].get(file)
+            if want is not None and os.path.getsize(path) != want:
+                raise CheckpointError(f"{path} is {os.path.getsize(path)} bytes; the checkpoint recorded {want} "
+                                      "(truncated or replaced)")
+            if not zipfile.is_zipfile(path):  # a bare pickle, or garbage: not something save() wrote
+                raise CheckpointError(f"refused to load {path}: it is not a torch.save zip archive")
+            try:
+                self._files[file] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except pickle.UnpicklingError as e:
+                raise CheckpointError(f"refused to load {path}: it holds pickled objects other than tensors and plain "
+                                      f"containers, which could run code ({str(e).strip().splitlines()[-1]})") from None
+            except RuntimeError as e:
+                raise CheckpointError(f"cannot read {path}: {e}") from None
+        return self._files[file]
+
+    def read(self, name: str, key: str, lo: int = 0, hi: int | None = None) -> torch.Tensor:
+        """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param" or one of STATES)."""
+        kind = "param" if key == "param" else "optim"
+        hi = _numel(self.meta["params"][name]["shape"]) if hi is None else hi
+        parts, pos = [], lo
+        for a, b, file in sorted(self.where.get((kind, name), [])):
+            if b <= pos or a >= hi:
+                continue
+            if a > pos:
+                break
+            d = self.load(file)
+            t = d["module"][name].reshape(-1) if file == MODEL else d["pieces"][name][key]
+            parts.append(t[pos - a:min(b, hi) - a])
+            pos = min(b, hi)
+        if pos < hi:
+            raise CheckpointError(f"{self.path} holds no {key} for elements [{pos}, {hi}) of '{name}'")
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def _numel(shape) -> int:
+    return math.prod(shape)
+
+
+# ---------------------------------------------------------------- consolidation
+def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir: str, tag=None,
+                                             exclude_frozen_parameters: bool = False) -> dict[str, torch.Tensor]:
+    """The model's full fp32 state dict from checkpoint ``tag`` (``latest``'s when None) in ``checkpoint_dir``."""
+    path = resolve(checkpoint_dir, tag)
+    if path is None:
+        raise CheckpointError(f"no '{LATEST}' file in {checkpoint_dir}: pass the tag of the checkpoint to read")
+    reader = Reader(path)
+    meta, buffers = reader.meta, reader.load(MODEL)["module"]
+    out: dict[str, torch.Tensor] = {}
+    for key in meta["state_dict_keys"]:
+        name = meta["aliases"].get(key, key)
+        p = meta["params"].get(name)
+        if p is None:  # a buffer
+            t = buffers[key]
+            out[key] = t.to(torch.float32, copy=True) if t.is_floating_point() else t.clone()
+        elif not (exclude_frozen_parameters and not p["trainable"]):
+            if name not in out:
+                t = reader.read(name, "master" if p["trainable"] else "param")
+                out[name] = t.to(torch.float32, copy=True).view(p["shape"])
+            out[key] = out[name]  # a tied weight: one tensor under both names, as in model.state_dict()
+    return out
+
+
+def convert_zero_checkpoint_to_fp32_state_dict(checkpoint_dir: str, output_file: str, tag=None,
+                                               exclude_frozen_parameters: bool = False) -> dict:
+    """Write the consolidated fp32 state dict to ``output_file`` (tensors only; ``.safetensors`` if asked)."""
+    state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag, exclude_frozen_parameters)
+    if output_file.endswith(".safetensors"):
+        try:
+            from safetensors.torch import save_file
+        except ImportError:
+            raise SystemExit("writing .safetensors needs the safetensors package (pip install safetensors)") from None
+        seen: set = set()  # safetensors stores no shared tensors: a tied weight is written once per name
+        save_file({k: v.clone() if v.data_ptr() in seen or seen.add(v.data_ptr()) else v for k, v in state.items()},
+                  output_file)
+    else:
+        torch.save(state, output_file)
+    return state
+
+
+def load_state_dict_from_zero_checkpoint(model: torch.nn.Module, checkpoint_dir: str, tag=None) -> torch.nn.Module:
+    """Load the consolidated fp32 weights into a plain (unpartitioned) ``model`` and return it (as DeepSpeed's)."""
+    model.load_state_dict(get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag), strict=False)
+    return model
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m zero_ref.zero_to_fp32", description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint_dir", help="the folder that holds 'latest' and the tag folders (save_checkpoint's dir)")
+    ap.add_argument("output_file", help="where to write the fp32 state dict (torch.save; .safetensors if so named)")
+    ap.add_argument("--tag", default=None, help="checkpoint tag (default: the one named in 'latest')")
+    ap.add_argument("--exclude-frozen-parameters", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        state = convert_zero_checkpoint_to_fp32_state_dict(args.checkpoint_dir, args.output_file, args.tag,
+                                                           args.exclude_frozen_parameters)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    with open(os.path.join(resolve(args.checkpoint_dir, args.tag), META)) as f:
+        meta = json.load(f)
+    unique = {t.data_ptr(): t for t in state.values()}.values()
+    print(f"read stage {meta['stage']}, {meta['world_size']} rank(s), step {meta['global_steps']}; wrote {len(state)} "
+          f"tensors, {sum(t.numel() for t in unique)} elements, {sum(t.numel() * t.element_size() for t in unique)} "
+          f"bytes to {args.output_file}")
+
+
+if __name__ == "__main__":
+    main()
