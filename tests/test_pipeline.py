@@ -49,7 +49,7 @@ def reference(cfg, m=1, reverse=False):
 
 def train(rank, world, cfg, schedule, virtual, m):
     chunks = split_gpt(build(cfg), world * virtual)[rank::world]
-    pipe = Pipeline(chunks, rank, list(range(world)), schedule=schedule, microbatches=m, hidden=cfg.d_model)
+    pipe = Pipeline(chunks, rank, list(range(world)), schedule=schedule, microbatches=m)
     opt = torch.optim.AdamW([p for c in chunks for p in c.parameters() if p.requires_grad], **ADAMW)
     for step in range(STEPS):
         stats = pipe.train_step(batches(cfg, step, m))
@@ -174,7 +174,7 @@ def test_four_stages_tied_embeddings_and_fewer_microbatches_than_stages():
 
 def _mismatched(rank, world):
     chunks = split_gpt(build(UNTIED), world)[rank::world]
-    pipe = Pipeline(chunks, rank, list(range(world)), microbatches=2, hidden=UNTIED.d_model)
+    pipe = Pipeline(chunks, rank, list(range(world)), microbatches=2)
     idx, targets = make_batch(UNTIED, 4 if rank == 0 else 6, seed=0)  # the stages disagree on the batch
     pipe.train_step(list(zip(idx.chunk(2), targets.chunk(2))))
 

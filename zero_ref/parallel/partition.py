@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zero_ref.models.gpt import GPT, dropout
+from zero_ref.parallel.tensor import TensorParallelGPT
 
 
 def partition(costs: list[float], parts: int) -> list[range]:
@@ -54,26 +55,34 @@ def partition(costs: list[float], parts: int) -> list[range]:
 
 
 class GPTStage(nn.Module):
-    """Blocks [lo, hi) of a ``GPT``, with the embeddings on the first stage and the final LayerNorm,
-    head and loss on the last.
+    """Blocks [lo, hi) of a ``GPT`` or a ``TensorParallelGPT``, with the embeddings on the first
+    stage and the final LayerNorm, head and loss on the last.
 
-    forward(x, targets=None): token ids (first stage) or hidden states (B, T, d) in; hidden states
-    out, or on the last stage the mean cross-entropy against ``targets``."""
+    forward(x, targets=None): token ids [b, s] (first stage) or hidden states in; hidden states
+    out ([b, s, h]; a tensor-parallel model's are [s, b, h], Megatron's layout), or on the last
+    stage the mean cross-entropy against ``targets``."""
 
-    def __init__(self, model: GPT, lo: int, hi: int):
+    def __init__(self, model: GPT | TensorParallelGPT, lo: int, hi: int):
         super().__init__()
         self.cfg, self.lo, self.hi = model.cfg, lo, hi
         self.is_first, self.is_last = lo == 0, hi == model.cfg.n_layers
+        self.tensor_parallel = isinstance(model, TensorParallelGPT)
+        if self.tensor_parallel:
+            self.group, self.sequence_parallel = model.group, model.sequence_parallel
         if self.is_first:
             self.tok_emb, self.pos_emb = model.tok_emb, model.pos_emb
         self.blocks = nn.ModuleList(model.blocks[lo:hi])
         if self.is_last:
             self.ln_f, self.head = model.ln_f, model.head
 
-    def gpt_state_dict(self) -> dict[str, torch.Tensor]:
+    def activation_shape(self, batch: int, seq: int) -> tuple[int, int, int]:
+        """The shape of the hidden states this stage passes on, for micro-batches of [batch, seq]."""
+        return (seq, batch, self.cfg.d_model) if self.tensor_parallel else (batch, seq, self.cfg.d_model)
+
+    def gpt_state_dict(self, keep_vars: bool = False) -> dict[str, torch.Tensor]:
         """This stage's tensors under the names they have in the whole ``GPT`` (blocks renumbered)."""
         out = {}
-        for name, t in self.state_dict().items():
+        for name, t in self.state_dict(keep_vars=keep_vars).items():
             if name.startswith("blocks."):
                 j, rest = name[len("blocks."):].split(".", 1)
                 name = f"blocks.{self.lo + int(j)}.{rest}"
@@ -81,27 +90,36 @@ class GPTStage(nn.Module):
         return out
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        if self.is_first:
+        if self.is_first and self.tensor_parallel:
+            x = TensorParallelGPT.embed(self, x)  # the TP model's own code: this stage has its attributes
+        elif self.is_first:
             pos = torch.arange(x.shape[1], device=x.device)
             x = dropout(self.tok_emb(x) + self.pos_emb(pos), self.cfg.dropout, self.training)
         for block in self.blocks:
             x = block(x)
         if not self.is_last:
             return x
+        if self.tensor_parallel:
+            return TensorParallelGPT.head_loss(self, x, targets)[1]
         logits = self.head(self.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def split_gpt(model: GPT, parts: int, costs: str | list[float] = "params", block_fn=None) -> list[GPTStage]:
+def split_gpt(model: GPT | TensorParallelGPT, parts: int, costs: str | list[float] = "params") -> list[GPTStage]:
     """Cut a copy of ``model`` into ``parts`` GPTStages (virtual stages, in order).
 
     ``costs``: 'params' balances parameter counts (the embeddings count towards the first block,
     the head towards the last), 'layers' gives each stage the same number of blocks (±1), or a
-    list of one cost per block. ``block_fn`` may replace each block (e.g. by its tensor-parallel
-    shard). With tied embeddings and parts > 1 the last stage gets its own copy of the word
-    embedding as head weight; ``Pipeline`` keeps both copies equal by summing their gradients.
+    list of one cost per block. With tied embeddings and parts > 1 the last stage gets its own
+    copy of the word embedding as head weight; ``Pipeline`` keeps both copies equal by summing
+    their gradients.
     """
-    model = copy.deepcopy(model)  # the caller's model (e.g. a single-process reference) stays whole
+    # A copy, so the caller's model (e.g. a single-process reference) stays whole; process groups
+    # are handles, not state: the copy shares them.
+    groups = {id(m.group): m.group for m in model.modules() if hasattr(m, "group")}
+    original, model = model, copy.deepcopy(model, memo=groups)
+    for old, new in zip(original.parameters(), model.parameters()):
+        new.__dict__.update(old.__dict__)  # deepcopy drops a Parameter's attributes (e.g. its TP slice)
     L = model.cfg.n_layers
     if costs == "params":
         def count(*mods):
@@ -113,8 +131,9 @@ def split_gpt(model: GPT, parts: int, costs: str | list[float] = "params", block
         costs = [1.0] * L
     elif isinstance(costs, str) or len(costs) != L:
         raise ValueError(f"split_gpt: costs must be 'params', 'layers' or one number per block ({L}), got {costs!r}")
+    ranges = partition(costs, parts)
     if model.cfg.tie_embeddings and parts > 1:
-        model.head.weight = nn.Parameter(model.tok_emb.weight.detach().clone())
-    if block_fn is not None:
-        model.blocks = nn.ModuleList(block_fn(b) for b in model.blocks)
-    return [GPTStage(model, r.start, r.stop) for r in partition(costs, parts)]
+        old = model.tok_emb.weight
+        model.head.weight = nn.Parameter(old.detach().clone())
+        model.head.weight.__dict__.update(old.__dict__)  # e.g. which tensor-parallel slice it is
+    return [GPTStage(model, r.start, r.stop) for r in ranges]

@@ -5,7 +5,7 @@ s, s + p, …, s + (v − 1)·p (its v *chunks*; v = 1 without interleaving). A 
 m micro-batches, and each rank runs its schedule's list of forwards (F) and backwards (B):
 
     stages = split_gpt(model, p * v)                     # every rank builds the same full model
-    pipe = Pipeline(stages[rank::p], rank, ranks, schedule="1f1b", microbatches=m, hidden=d_model)
+    pipe = Pipeline(stages[rank::p], rank, ranks, schedule="1f1b", microbatches=m)
     stats = pipe.train_step(micro_batches)               # [(idx, targets)] × m; then optimizer.step()
 
 Activations go forward and their gradients backward with real point-to-point sends
@@ -163,17 +163,19 @@ class Pipeline:
     """This rank's part of a pipeline: its chunks, its peers, and the schedule that drives them.
 
     ``chunks[c]`` is virtual stage c·p + ``stage``; ``ranks`` the global ranks of the pipeline
-    group in stage order; ``hidden`` the width of the activations passed between stages.
+    group in stage order. A chunk's ``activation_shape(batch, seq)`` gives the shape of the
+    hidden states passed between stages (``GPTStage`` has one). ``group``: the ranks that start
+    each step together (a barrier; default all ranks).
     """
 
     def __init__(self, chunks: list[nn.Module], stage: int, ranks: list[int], *, schedule: str = "1f1b",
-                 microbatches: int, hidden: int, group=None, measure_memory: bool = False):
+                 microbatches: int, group=None, measure_memory: bool = False):
         self.p, self.v, self.m = len(ranks), len(chunks), microbatches
         check_schedule(schedule, self.p, microbatches, self.v)
         if not 0 <= stage < self.p:
             raise ValueError(f"Pipeline: stage {stage} outside 0..{self.p - 1}")
         self.chunks, self.stage, self.ranks, self.schedule = list(chunks), stage, list(ranks), schedule
-        self.hidden, self.group, self.measure_memory = hidden, group, measure_memory
+        self.group, self.measure_memory = group, measure_memory
         self.last = self.p * self.v - 1
         self.order = stage_order(schedule, self.p, microbatches, stage, self.v)
         # Tied embeddings (split_gpt untied them): the word embedding of virtual stage 0 and the
@@ -204,7 +206,7 @@ class Pipeline:
     def _send(self, t: torch.Tensor, key: tuple, to_vs: int) -> None:
         if tuple(t.shape) != self.act_shape:
             raise ValueError(f"pipeline: virtual stage {key[2]} produced a tensor of shape {tuple(t.shape)}, but the "
-                             f"stages pass activations of shape {self.act_shape} (micro-batch, sequence, hidden)")
+                             f"stages pass activations of shape {self.act_shape}")
         dst = to_vs % self.p
         if dst == self.stage:  # a chunk of this same rank (p = 1): no message
             self.inbox[(key[0], key[1], to_vs)] = t.detach()
@@ -224,7 +226,7 @@ class Pipeline:
         """Each stage tells the next its micro-batch shape, so a mismatch is an error, not a hang."""
         if self.p == 1:
             return
-        mine = torch.tensor([*shape, self.m, self.hidden], dtype=torch.int64)
+        mine = torch.tensor([*shape, self.m, self.act_shape[-1]], dtype=torch.int64)
         peer = torch.empty_like(mine)
         work = comm.isend(mine, self.ranks[(self.stage + 1) % self.p])
         comm.recv(peer, self.ranks[(self.stage - 1) % self.p])
@@ -254,7 +256,7 @@ class Pipeline:
                 raise ValueError("pipeline: build the optimizer with gradient_accumulation_steps=1; the pipeline "
                                  f"accumulates over its {self.m} micro-batches itself")
         shape = next(iter(shapes))
-        self.act_shape = (*shape, self.hidden)
+        self.act_shape = tuple(self.chunks[0].activation_shape(*shape))
         self._handshake(shape)
         self.inbox, self.pending = {}, []
         self.expected = {peer: self._expected_from(peer) for peer in {(self.stage - 1) % self.p, (self.stage + 1) % self.p}}
