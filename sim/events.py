@@ -135,8 +135,7 @@ class _Run:
         self.g, self.n = g, n
         self.dur = [durations[w] for w in g.work]
         self.start, self.end = [0.0] * n, [-1.0] * n
-        self.heap: list = []
-        self.seq = 0
+        self.heap: list = []  # (time, node, version): a node's end; stale versions are skipped
         # conditions per node: each dependency (duplicates counted) + the stream's previous node
         self.pending = [len(d) for d in g.deps]
         self.succ: list[list[int]] = [[] for _ in range(n)]
@@ -163,6 +162,10 @@ class _Run:
         self.queue: dict[tuple, list] = {}                 # fifo: (ready, node) heap
         self.version = [0] * n
         self._caps(g, contention.caps, static)
+        # the common case, handled inline: no memory to ask for and no shared link to join or leave
+        on_link = [self.link_of[st] >= 0 and d > 0 for st, d in zip(g.stream, self.dur)]
+        self.plain = [not (on_link[i] or i in self.need) for i in range(n)]
+        self.plain_end = [not (on_link[i] or i in self.release) for i in range(n)]
 
     def _caps(self, g, caps, static):
         """Per node and cap: net bytes at start and at end; per stage and cap: live bytes."""
@@ -181,27 +184,38 @@ class _Run:
         base = [sum((static or {}).get(c.tier, {}).get(x, 0.0) for x in (c.categories or CATEGORIES)) for c in caps]
         self.live = [list(base) for _ in range(g.stages)]
         self.waiting: list[list] = [[] for _ in range(g.stages)]   # (ready, not compute, node) heap per stage
-        self.dirty: set[int] = set()                               # stages whose first waiter may fit now
 
     def run(self):
         for i in range(self.n):
             if self.pending[i] == 0:
                 self.try_start(i, 0.0)
         self.grant(0.0)
-        heap, version = self.heap, self.version
+        heap, version, pending, succ, dur = self.heap, self.version, self.pending, self.succ, self.dur
+        start, end, plain, plain_end, dirty = self.start, self.end, self.plain, self.plain_end, self.dirty
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            t, _, i, ver = heapq.heappop(heap)
-            if ver == version[i]:
-                self.finish(i, t)
-            if self.dirty and (not heap or heap[0][0] > t):  # every event of this instant is in
+            t, i, ver = pop(heap)
+            if ver != version[i]:
+                continue
+            end[i] = t
+            if not plain_end[i]:
+                self.release_at_end(i, t)
+            for j in succ[i]:
+                pending[j] -= 1
+                if not pending[j]:
+                    if plain[j]:  # start now: t is the latest end among its conditions
+                        start[j] = t
+                        push(heap, (t + dur[j], j, 0))
+                    else:
+                        self.try_start(j, t)
+            if dirty and (not heap or heap[0][0] > t):  # every event of this instant is in
                 self.grant(t)
         if any(e < 0 for e in self.end):
             self.deadlock()
         return np.asarray(self.start), np.asarray(self.end)
 
     def push(self, t, i):
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, i, self.version[i]))
+        heapq.heappush(self.heap, (t, i, self.version[i]))
 
     def try_start(self, i, t):
         self.ready[i] = t
@@ -262,9 +276,9 @@ class _Run:
             self.start[i] = t
             self.push(t + self.dur[i], i)
 
-    def finish(self, i, t):
+    def release_at_end(self, i, t):
+        """A transfer leaves its link; memory freed at the node's end."""
         g = self.g
-        self.end[i] = t
         k = self.link_of[g.stream[i]]
         if k >= 0 and self.dur[i] > 0:
             key = (g.stage[i], k)
@@ -277,11 +291,6 @@ class _Run:
             for k2, b in enumerate(self.release[i]):
                 live[k2] += b
             self.dirty.add(g.stage[i])
-        pending = self.pending
-        for j in self.succ[i]:
-            pending[j] -= 1
-            if pending[j] == 0:
-                self.try_start(j, t)
 
     def grant(self, t):
         """Memory in the order it was asked for (at one instant, the compute stream first); a

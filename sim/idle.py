@@ -40,13 +40,12 @@ def idle_by_cause(graph, start, end, step: float) -> dict[str, np.ndarray]:
     stream_cause = [cause_id.get(_CAUSE_OF_STREAM.get(s), 0) for s in STREAMS]
     stage, stream = graph.stage, graph.stream
     start, end = [float(x) for x in start], [float(x) for x in end]
-    # the previous node on each node's stream: a predecessor like any dependency
-    prev, last = [-1] * n, {}
+    deps = graph.deps
+    prev, last = [-1] * n, {}  # the previous node on each node's stream: a predecessor too
     for i in range(n):
-        key = (stage[i], stream[i])
+        key = stage[i] * len(STREAMS) + stream[i]
         prev[i] = last.get(key, -1)
         last[key] = i
-    preds = [deps + ((prev[i],) if prev[i] >= 0 else ()) for i, deps in enumerate(graph.deps)]
     out = np.zeros((len(CAUSES), graph.stages))
     pp_comm = STREAMS.index("pp_comm")
 
@@ -67,15 +66,20 @@ def idle_by_cause(graph, start, end, step: float) -> dict[str, np.ndarray]:
             covered = False
             if t <= a:
                 return
-            p = preds[x]
-            ready = max((end[d] for d in p), default=0.0)
+            y, ready = -1, 0.0  # the binding predecessor: the one that ended last
+            for d in deps[x]:
+                if y < 0 or end[d] > ready:
+                    y, ready = d, end[d]
+            p = prev[x]
+            if p >= 0 and (y < 0 or end[p] > ready):
+                y, ready = p, end[p]
             if ready < t:  # x started past its inputs: waiting for memory, a link or a cap
                 lo = max(ready, a)
                 out[cause(x, s), s] += t - lo
                 t = lo
                 if t <= a:
                     return
-            x = max(p, key=end.__getitem__)
+            x = y
 
     by_stage = [[] for _ in range(graph.stages)]
     for i in range(n):
