@@ -149,7 +149,6 @@ class _Run:
                 self.succ[last[r]].append(i)
                 self.pending[i] += 1
             last[r] = i
-        self.ready = [0.0] * n
         # shared links: link index per stream; one instance per (stage, link)
         self.link_of = [-1] * ns
         for k, link in enumerate(contention.links):
@@ -195,19 +194,18 @@ class _Run:
         pop, push = heapq.heappop, heapq.heappush
         while heap:
             t, i, ver = pop(heap)
-            if ver != version[i]:
-                continue
-            end[i] = t
-            if not plain_end[i]:
-                self.release_at_end(i, t)
-            for j in succ[i]:
-                pending[j] -= 1
-                if not pending[j]:
-                    if plain[j]:  # start now: t is the latest end among its conditions
-                        start[j] = t
-                        push(heap, (t + dur[j], j, 0))
-                    else:
-                        self.try_start(j, t)
+            if ver == version[i]:  # else a transfer rescheduled when its link's sharing changed
+                end[i] = t
+                if not plain_end[i]:
+                    self.release_at_end(i, t)
+                for j in succ[i]:
+                    pending[j] -= 1
+                    if not pending[j]:
+                        if plain[j]:  # start now: t is the latest end among its conditions
+                            start[j] = t
+                            push(heap, (t + dur[j], j, 0))
+                        else:
+                            self.try_start(j, t)
             if dirty and (not heap or heap[0][0] > t):  # every event of this instant is in
                 self.grant(t)
         if any(e < 0 for e in self.end):
@@ -218,7 +216,6 @@ class _Run:
         heapq.heappush(self.heap, (t, i, self.version[i]))
 
     def try_start(self, i, t):
-        self.ready[i] = t
         if i in self.need:  # memory is granted once the instant's frees and requests are all in
             s = self.g.stage[i]
             heapq.heappush(self.waiting[s], (t, self.g.stream[i] != _COMPUTE, i))
