@@ -171,7 +171,8 @@ class _Reader:
             return v
         checked = _typed(kind, v, meta)
         if isinstance(checked, _Bad):
-            self.error(key, f"must be {checked.want}, got {_show(v)}")
+            want = f"one of {', '.join(map(str, meta['choices']))}" if meta.get("choices") else checked.want
+            self.error(key, f"must be {want}, got {_show(v)}")
             return _BAD
         v = checked
         for bound, ok, word in (("ge", lambda a, b: a >= b, ">="), ("gt", lambda a, b: a > b, ">"),
@@ -290,7 +291,7 @@ class _Reader:
         for k in sorted(set(raw) - {"type", "params"}):
             self.error(f"{key}.{k}", "is not a known key: the scheduler section holds 'type' and 'params'")
         name = raw.get("type")
-        if name not in SCHEDULER_PARAMS:
+        if not isinstance(name, str) or name not in SCHEDULER_PARAMS:
             known = ", ".join(SCHEDULER_PARAMS)
             if name in ("OneCycle", "LRRangeTest"):
                 self.error(f"{key}.type", f"={name!r} is a DeepSpeed schedule not supported by zero_ref; use one of "
