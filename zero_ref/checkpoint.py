@@ -232,9 +232,16 @@ def _save_model_states(engine, path: str, client_state, sched) -> None:
         "loss_scaler": opt.loss_scaler.state_dict() if opt.loss_scaler is not None else None,
         "adam": {"lr": adam.lr, "betas": tuple(adam.betas), "eps": adam.eps, "weight_decay": adam.weight_decay,
                  "adamw": adam.adamw},
-        "optimizer_steps": opt.global_steps, "skipped_steps": opt.skipped_steps, "micro_steps": opt.micro_steps,
-        **{k: getattr(engine, k, 0) for k in ("global_steps", "global_samples")},
+        "param_group_lrs": [[g["lr"] for g in h.param_groups] for h in _lr_holders(engine)],
+        "optimizer_steps": opt.global_steps, "optimizer_skipped_steps": opt.skipped_steps,
+        "global_steps": getattr(engine, "global_steps", opt.global_steps),
+        "engine": {k: getattr(engine, k) for k in ("global_samples", "skipped_steps") if hasattr(engine, k)},
     }, path)
+
+
+def _lr_holders(engine) -> list:
+    """Whatever holds the learning rate a schedule wrote (torch's param_groups): DeepSpeed restores it too."""
+    return [h for h in (engine.optimizer, getattr(engine, "client_optimizer", None)) if hasattr(h, "param_groups")]
 
 
 def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
@@ -347,8 +354,12 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
     if load_optimizer_states:
         for k, v in states["adam"].items():
             setattr(opt.adam, k, tuple(v) if k == "betas" else v)
-        opt.global_steps, opt.skipped_steps = states["optimizer_steps"], states["skipped_steps"]
-        opt.micro_steps = states["micro_steps"] if states["micro_steps"] % opt.gas == 0 else 0
+        opt.global_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
+        holders = _lr_holders(engine)
+        if [len(h.param_groups) for h in holders] == [len(x) for x in states["param_group_lrs"]]:
+            for h, lrs in zip(holders, states["param_group_lrs"]):
+                for g, lr in zip(h.param_groups, lrs):
+                    g["lr"] = lr
         if opt.loss_scaler is not None and states["loss_scaler"] is not None:
             opt.loss_scaler.load_state_dict(states["loss_scaler"])
         if meta["world_size"] == opt.world_size:  # each rank's random stream (dropout) continues
@@ -358,7 +369,11 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
                 torch.cuda.set_rng_state(rng["cuda"])
     if load_lr_scheduler_states and getattr(engine, "lr_scheduler", None) is not None and states["lr_scheduler"]:
         engine.lr_scheduler.load_state_dict(states["lr_scheduler"])
-    for k in ("global_steps", "global_samples"):
+    for k, v in {"global_steps": states["global_steps"], **states["engine"]}.items():
         if hasattr(engine, k):
-            setattr(engine, k, states[k])
+            setattr(engine, k, v)
+    # the micro-step count an uninterrupted run would have now (at this gradient accumulation), on both
+    opt.micro_steps = states["global_steps"] * opt.gas
+    if hasattr(engine, "micro_steps"):
+        engine.micro_steps = opt.micro_steps
     return path, states["client_state"]
