@@ -19,10 +19,12 @@ ZeRO-2 and ZeRO-3 are refused with pipeline parallelism, as DeepSpeed refuses th
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn as nn
 
-from zero_ref import comm
+from zero_ref import checkpoint, comm
 from zero_ref.models.gpt import GPT
 from zero_ref.optim import AdamConfig
 from zero_ref.parallel.groups import ParallelGroups
@@ -59,6 +61,7 @@ class ThreeD:
         self.pipeline = Pipeline(self.chunks, self.p, groups.ranks("pp"), schedule=schedule,
                                  microbatches=microbatches)
         self.microbatches = microbatches
+        self.global_steps = 0  # what zero_ref.checkpoint reads and restores
 
     def my_micro_batches(self, idx: torch.Tensor, targets: torch.Tensor) -> list:
         """This data-parallel rank's slice of the global batch, cut into the pipeline's micro-batches."""
@@ -75,6 +78,7 @@ class ThreeD:
         statistics and the global mean loss (the same on every rank)."""
         stats = self.pipeline.train_step(self.my_micro_batches(idx, targets), optimizer=self.optimizer)
         self.optimizer.step()
+        self.global_steps += 1
         # The last stage's tp-rank 0 of each data-parallel replica holds its replica's loss.
         mine = stats.loss if (stats.loss is not None and self.t == 0) else 0.0
         loss = torch.tensor([mine / self.topology.dp], dtype=torch.float64)
@@ -93,3 +97,16 @@ class ThreeD:
             want = local_part(p, reference[name], self.groups.tp) if self.topology.tp > 1 else reference[name]
             worst = max(worst, (p.detach() - want).abs().max().item())
         return worst
+
+    # ZeRO checkpoints are per data-parallel group: each (tp, pp) shard of the model has its own
+    # folder, which its dp ranks write together (zero_ref.checkpoint: atomic, readable at any dp size).
+    def _folder(self, root: str) -> str:
+        return os.path.join(root, f"tp{self.t:02d}_pp{self.p:02d}")
+
+    def save_checkpoint(self, save_dir: str, tag=None) -> str:
+        """Every rank writes its shard of its stage's optimizer states; a collective over each dp group."""
+        return checkpoint.save(self, self._folder(save_dir), tag)
+
+    def load_checkpoint(self, load_dir: str, tag=None) -> str | None:
+        """Restore parameters, optimizer states and the step count saved by ``save_checkpoint``."""
+        return checkpoint.load(self, self._folder(load_dir), tag)[0]
