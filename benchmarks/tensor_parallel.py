@@ -1,11 +1,12 @@
 """Step time of zero_ref's tensor-parallel GPT against PyTorch's own tensor parallelism, in one run.
 
-    python benchmarks/tensor_parallel.py [--tp 2] [--steps 12] [--warmup 3]
+    python benchmarks/tensor_parallel.py [--tp 2] [--steps 12] [--warmup 3] [--big]
 
 Same model (the course GPT: 4 blocks, d 256, 4 heads, vocab 1024, seq 64, untied head), same data,
 same AdamW, fp32, micro-batch 4, gloo on CPU, one intra-op thread per rank. Every framework lives
 in the same processes and their steps are interleaved (alternating order), so machine noise hits
-all alike. Prints the median ms/step and the ratio to PyTorch's TP:
+all alike (``--big``: d 1024, 16 heads, seq 128, ≈ 54M parameters, where the matmuls rather than
+per-op overheads dominate). Prints the median ms/step and the speed relative to PyTorch's TP:
 
 - ``torch_tp``: ``torch.distributed.tensor.parallel.parallelize_module`` with ColwiseParallel
   (QKV, fc1, the head with ``loss_parallel``), RowwiseParallel (out-projection, fc2, the vocab-
@@ -27,6 +28,7 @@ import types
 import zero_ref
 
 CFG = dict(vocab_size=1024, seq_len=64, d_model=256, n_heads=4, n_layers=4, tie_embeddings=False)
+BIG = dict(vocab_size=8192, seq_len=128, d_model=1024, n_heads=16, n_layers=4, tie_embeddings=False)
 LR, MICRO = 1e-3, 4
 
 
@@ -112,7 +114,7 @@ def single(model):
     return step
 
 
-def bench(rank, tp, steps, warmup):
+def bench(rank, tp, steps, warmup, big=False):
     import time
 
     import torch
@@ -120,7 +122,7 @@ def bench(rank, tp, steps, warmup):
 
     from zero_ref.models import GPT, GPTConfig, make_batch
 
-    cfg = GPTConfig(**CFG)
+    cfg = GPTConfig(**(BIG if big else CFG))
     batches = [make_batch(cfg, MICRO, seed=s) for s in range(steps + warmup)]  # the same batch on every tp rank
     makers = {"single": single, "torch_tp": lambda m: torch_tp(m, tp),
               "zero_ref_tp": lambda m: ours(m, False), "zero_ref_sp": lambda m: ours(m, True)}
@@ -145,11 +147,13 @@ def main(argv=None):
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--big", action="store_true", help="the ≈54M-parameter model")
     args = ap.parse_args(argv)
-    res = zero_ref.launch(bench, args.tp, args.steps, args.warmup, timeout=1800, echo=False)
+    res = zero_ref.launch(bench, args.tp, args.steps, args.warmup, args.big, timeout=1800, echo=False)
     rows = {name: (statistics.median(r[name][0] for r in res), res[0][name][1]) for name in res[0]}
     base = rows["torch_tp"][0]
-    print(f"\ntp = {args.tp} ranks (median ms/step over ranks and {args.steps} steps, frameworks interleaved; "
+    from zero_ref.models import GPTConfig
+    print(f"\n{GPTConfig(**(BIG if args.big else CFG)).num_params() / 1e6:.1f}M parameters, tp = {args.tp} ranks (median ms/step over ranks and {args.steps} steps, frameworks interleaved; "
           f"loss after the last step: all runs start from the same weights and see the same batches)")
     print(f"{'framework':<14}{'ms/step':>9}{'speed vs torch TP':>19}{'last loss':>11}")
     for name, (ms, loss) in rows.items():

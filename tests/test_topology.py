@@ -119,7 +119,7 @@ def sum_over_each_group(rank, world):
     for topo in LAYOUTS:  # several topologies live side by side in one process
         pg = build_groups(topo)
         row = {"coords": tuple(pg.coords)}
-        for axis in pg._groups:
+        for axis in pg.axes:
             x = torch.tensor([float(rank)])
             comm.all_reduce(x, group=pg.group(axis))
             row[axis] = (int(x.item()), pg.ranks(axis), pg.index(axis))

@@ -34,6 +34,11 @@ class ParallelGroups:
     _groups: dict = field(repr=False)
     _ranks: dict = field(repr=False)
 
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The axes whose groups were built."""
+        return tuple(self._groups)
+
     def group(self, axis: str):
         """This rank's ``axis`` process group."""
         if axis not in self._groups:
