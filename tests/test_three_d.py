@@ -40,7 +40,7 @@ def reference(cfg):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses
 
 
-def train_3d(rank, world, runs):
+def train_3d(rank, world, runs, ckpt):
     from zero_ref import comm
     from zero_ref.parallel.groups import build_groups
     from zero_ref.parallel.three_d import ThreeD
@@ -57,31 +57,42 @@ def train_3d(rank, world, runs):
         last_b = [o for o in stats.ops if o.kind == "B"][-1]
         out.append(dict(diff=trainer.max_diff(ref), losses=losses, coords=tuple(pg.coords), sync=stats.sync,
                         last_b_synced=last_b.sync, ops=log.by_op()))
+    # Save after step 2, resume in a fresh trainer: step 3 is the same to the bit.
+    cfg, batches = TIED, [make_batch(TIED, BATCH, seed=100 + s) for s in range(3)]
+    first = ThreeD(build(cfg), pg, microbatches=2, adam=ADAM)
+    first.train_step(*batches[0])
+    first.train_step(*batches[1])
+    first.save_checkpoint(ckpt)
+    third = first.train_step(*batches[2])[1]
+    resumed = ThreeD(build(cfg), pg, microbatches=2, adam=ADAM)
+    resumed.load_checkpoint(ckpt)
+    out.append(dict(steps=resumed.global_steps, same=resumed.train_step(*batches[2])[1] == third))
     return out
 
 
 @pytest.mark.slow
-def test_2x2x2_on_8_ranks_equals_one_process():
+def test_2x2x2_on_8_ranks_equals_one_process(tmp_path):
     """tp = pp = dp = 2 with ZeRO-1: after 3 AdamW steps every parameter is within 1e-4 of one
     process (1 % of one step at lr 1e-2; a wrong gradient moves a weight by ~lr). The ranks add in
     other orders (row-parallel partial sums, micro-batches, the dp reduce-scatter): most weights
     agree to ~1e-6, the worst (~1.4e-5) is one whose gradient is ~1e-9 at step 3, where Adam's
     m / (√v + eps) magnifies rounding. Tied embeddings (summed between stages, then reduced after
     the schedule) with 1F1B; untied with interleaved 1F1B, where the reduction runs inside the
-    last backward."""
+    last backward. Then a sharded checkpoint (one folder per tp × pp shard) resumes exactly."""
     (tied_ref, tied_losses), (untied_ref, untied_losses) = reference(TIED), reference(UNTIED)
     runs = [(TIED, "1f1b", 1, 2, tied_ref), (UNTIED, "interleaved", 2, 2, untied_ref)]
-    results = zero_ref.launch(train_3d, 8, runs, timeout=300)
+    results = zero_ref.launch(train_3d, 8, runs, str(tmp_path), timeout=300)
     topo = Topology(tp=2, pp=2, dp=2)
     for rank, per_run in enumerate(results):
-        tied, untied = per_run
+        tied, untied, resumed = per_run
+        assert resumed == dict(steps=2, same=True)  # a sharded checkpoint resumes exactly
         assert tied["coords"] == tuple(topo.coords(rank))
         for r, want in ((tied, tied_losses), (untied, untied_losses)):
             assert r["diff"] <= 1e-4, (rank, r["diff"])
             assert r["losses"] == pytest.approx(want, abs=1e-5)
         assert tied["sync"] == "after schedule" and not tied["last_b_synced"]   # tied: sum first, then reduce
         assert untied["sync"] == "last backward" and untied["last_b_synced"]
-        for r in per_run:  # ZeRO-1 over dp: reduce-scatter the gradients, all-gather the parameters
+        for r in (tied, untied):  # ZeRO-1 over dp: reduce-scatter the gradients, all-gather the parameters
             assert r["ops"]["reduce_scatter"]["calls"] >= STEPS and r["ops"]["all_gather"]["calls"] >= STEPS
             assert r["ops"]["send"]["calls"] > 0 and "all_reduce" in r["ops"]  # pipeline p2p, TP all-reduces
 
