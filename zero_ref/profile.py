@@ -208,7 +208,7 @@ def _one_step(model, opt, batches, phase: dict) -> dict:
     return out
 
 
-def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, seed):
+def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, sweep_trials, seed):
     from zero_ref.models import GPTConfig, make_batch
     cfg = GPTConfig(**model)
     specs = {name: StepSpec(**s) for name, s in specs.items()}
@@ -216,7 +216,7 @@ def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, seed):
     machine = {"gemm_flops": gemm_flops(m0 * cfg.seq_len, cfg.d_model, cfg.ffn_mult * cfg.d_model),
                "memory_bw": memory_bandwidth(), "cores": cores(), "world_size": world, "memory_bytes": memory_bytes(),
                "threads": torch.get_num_threads()}
-    sweep = collective_sweep(sweep_sizes) if sweep_sizes else []
+    sweep = collective_sweep(sweep_sizes, trials=sweep_trials) if sweep_sizes else []
     runs = {name: _build(spec, cfg) for name, spec in specs.items()}
     batches = {name: [make_batch(cfg, s.micro_batch, seed=seed + 1000 * rank + m) for m in range(s.gas)]
                for name, s in specs.items()}
@@ -250,18 +250,19 @@ def _mean(values):
 
 
 def measure(specs: dict, world_size: int, *, model: dict | None = None, steps: int = 6, warmup: int = 2,
-            sweep_sizes=SWEEP_BYTES, seed: int = 0, timeout: float = 300.0) -> dict:
+            sweep_sizes=SWEEP_BYTES, sweep_trials: int = 15, seed: int = 0, timeout: float = 300.0) -> dict:
     """Run ``specs`` ({name: StepSpec}) on ``world_size`` gloo ranks (one thread each) and return
     {"model": GPTConfig fields, "machine": {...}, "sweep": [...], "steps": {name: {...}}} (see the
-    module docstring): each number the mean over ranks of the rank's median."""
+    module docstring): each number the mean over ranks of the rank's median (sweep: fastest).
+    ``sweep_sizes`` empty skips the sweep; ``model`` overrides GPTConfig fields of ``COURSE_GPT``."""
     if not isinstance(specs, dict) or not all(isinstance(s, StepSpec) for s in specs.values()):
         raise TypeError("specs must be a dict {name: StepSpec}")
     for name, v, least in (("steps", steps, 1), ("warmup", warmup, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {v!r}")
-    model = dict(model or COURSE_GPT)
+    model = {**COURSE_GPT, **(model or {})}
     ranks = launch(_measure_rank, world_size, {k: asdict(s) for k, s in specs.items()}, model, steps, warmup,
-                   tuple(sweep_sizes or ()), seed, timeout=timeout, echo=False)
+                   tuple(sweep_sizes or ()), sweep_trials, seed, timeout=timeout, echo=False)
     machine = {k: (_mean([r["machine"][k] for r in ranks]) if isinstance(ranks[0]["machine"][k], float)
                    else ranks[0]["machine"][k]) for k in ranks[0]["machine"]}
     sweep = [dict(row, seconds=_mean([r["sweep"][i]["seconds"] for r in ranks])) for i, row in enumerate(ranks[0]["sweep"])]
@@ -315,7 +316,7 @@ def profile_trace(spec: StepSpec, world_size: int, out_dir, *, model: dict | Non
     if not isinstance(spec, StepSpec):
         raise TypeError(f"spec must be a StepSpec, got {type(spec).__name__}")
     os.makedirs(out_dir, exist_ok=True)
-    return launch(_trace_rank, world_size, asdict(spec), dict(model or COURSE_GPT), warmup, str(out_dir), seed,
+    return launch(_trace_rank, world_size, asdict(spec), {**COURSE_GPT, **(model or {})}, warmup, str(out_dir), seed,
                   timeout=timeout, echo=False)
 
 
