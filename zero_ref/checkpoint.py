@@ -314,7 +314,8 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
     when ``tag`` is None and ``load_dir`` has no ``latest`` (DeepSpeed's return). Call it on every rank."""
     path = resolve(load_dir, tag)
     if path is None:
-        warnings.warn(f"no '{LATEST}' file in {load_dir}: nothing loaded")
+        if engine.optimizer.rank == 0:
+            warnings.warn(f"no '{LATEST}' file in {load_dir}: nothing loaded")
         return None, None
     opt, module = engine.optimizer, engine.module
     reader = Reader(path)
