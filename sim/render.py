@@ -4,6 +4,7 @@
     render.gantt(result)                   # one row per (stage, stream): who works when
     render.memory_stack(result, stage=0)   # bytes held over the step, stacked by category
     render.bubble_bars()                   # the pipeline bubble over micro-batches, for p and v
+    render.idle_bars(result)               # each stage's idle time by cause, beside the closed form
 
 Each takes an optional ``ax`` and returns the Axes it drew on (``ax.figure`` is the figure); none
 calls ``plt.show()``. Calling ``gantt`` or ``memory_stack`` again on the same Axes replaces what the
@@ -33,6 +34,8 @@ MEMORY_ORDER = ("param", "zero3_gathered", "optim", "comm_bucket", "activation",
 TORCH_NAMES = {"param": "PARAMETER", "zero3_gathered": "PARAMETER (gathered, ZeRO-3)",
                "optim": "OPTIMIZER_STATE", "comm_bucket": "TEMPORARY (comm bucket)",
                "activation": "ACTIVATION", "grad": "GRADIENT"}
+IDLE_COLORS = {"fill_drain": "#bdbdbd", "p2p_wait": "tab:purple", "exposed_comm": "tab:green",
+               "offload_stall": "tab:brown", "memory_wait": "red"}
 MAX_LABELS = 400  # 'auto' labels micro-batches when there are at most this many ops to label
 
 
@@ -212,4 +215,29 @@ def bubble_bars(stages=(4, 8), microbatches=(1, 2, 4, 8, 16, 32), virtual=(1, 2)
     ax.set_xlabel("micro-batches m")
     ax.set_ylabel("bubble fraction (p−1)/(vm+p−1)" if kind == "fraction" else "bubble overhead (p−1)/(vm)")
     ax.legend(fontsize=8, frameon=False)
+    return ax
+
+
+def idle_bars(result, ax=None):
+    """One stacked bar per stage: its compute stream's idle share of the step by cause (sim.idle),
+    with a dashed line at the closed-form bubble (p − 1)/(v·m + p − 1) — where the bars rise above
+    it, something other than the pipeline's fill and drain is idling the GPU. Returns the Axes."""
+    from sim.idle import CAUSE_LABELS, CAUSES
+
+    ax = _axes(ax, (8, 3.5))
+    pl, step = result.plan, result.step_time or 1.0
+    stages = np.arange(pl.pp)
+    bottom = np.zeros(pl.pp)
+    for c in CAUSES:
+        share = result.idle[c] / step
+        if share.any():
+            ax.bar(stages, share, bottom=bottom, color=IDLE_COLORS[c], label=CAUSE_LABELS[c])
+            bottom += share
+    closed = bubble_fraction(pl.pp, pl.num_microbatches, pl.virtual)
+    ax.axhline(closed, color="black", linestyle="--", linewidth=0.8, label=f"(p−1)/(vm+p−1) = {closed:.3f}")
+    ax.set_xticks(stages, [str(s) for s in stages])
+    ax.set_xlabel("pipeline stage")
+    ax.set_ylabel("idle share of the step")
+    ax.set_title(f"idle by cause · bubble {result.bubble_fraction:.1%}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return ax

@@ -131,3 +131,18 @@ def test_drawing_again_on_the_same_axes_replaces_the_picture():
     assert [t.get_text() for t in m.get_legend().get_texts()][0] == "param"  # short labels
     assert m.get_ylim()[1] == pytest.approx(b.memory.peak(0)["total"] / 2**30 * 1.05)
     assert render.memory_stack(b, ax=m, legend=None).get_legend() is None
+
+
+def test_idle_bars_stack_each_stage_idle_share_by_cause():
+    r = simulate(num_microbatches=4)
+    ax = render.idle_bars(r)
+    heights = {}
+    for bar in ax.patches:
+        x = round(bar.get_x() + bar.get_width() / 2)
+        heights[x] = max(heights.get(x, 0.0), bar.get_y() + bar.get_height())
+    idle = 1 - r.busy["compute"] / r.step_time
+    assert [heights[s] for s in range(r.plan.pp)] == pytest.approx(list(idle), rel=1e-9)
+    assert np.mean(list(heights.values())) == pytest.approx(r.bubble_fraction, rel=1e-9)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "fill/drain" in labels and any(t.startswith("(p−1)/(vm+p−1)") for t in labels)
+    assert ax.get_lines()[0].get_ydata()[0] == pytest.approx(sim.bubble_fraction(2, 4))
