@@ -24,7 +24,7 @@ import sim
 from sim.cost import CostModel, layer_forward_flops
 from sim.engine import list_schedule
 from sim.events import Contention, event_schedule
-from sim.graph import STREAMS, build_graph
+from sim.graph import build_graph
 from sim.idle import idle_by_cause
 from sim.memory_timeline import memory_timeline, static_bytes
 
@@ -172,5 +172,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    assert STREAMS[0] == "compute"
     main()
