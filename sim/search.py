@@ -18,6 +18,8 @@ Three steps.
 3. Simulate the rest, cheapest lower bound on step time first (sim.bounds.time_lower_bound).
    With ``top=k``, stop once the next plan's time bound is above the k-th fastest plan that
    fits: no plan left can enter the top k (branch and bound). ``top=None`` simulates them all.
+   With ``pareto=True``, also simulate every plan that no simulated fitting plan beats on both
+   bounds (time and memory), so that the Pareto front of step time against peak memory is complete.
 
 The memory limit is ``memory_fraction`` × the GPU's HBM (default 0.9: the CUDA context, the
 allocator's fragmentation and buffers the simulator does not model need the rest), and the
@@ -55,6 +57,10 @@ class Space:
     offload: tuple[tuple[str, str], ...] = OFFLOADS  # (offload_optimizer, offload_param)
     precision: str | None = None                  # None: bf16 where the GPU has it, else fp16
     gradient_clipping: float = 1.0
+    # The highest ZeRO stage allowed together with pp > 1. DeepSpeed's PipelineEngine refuses
+    # stages 2 and 3 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism") and
+    # Megatron's distributed optimizer is stage 1; FSDP + pipelining (torchtitan) runs stage 3.
+    max_zero_with_pp: int = 3
 
 
 @dataclass
@@ -63,7 +69,8 @@ class Row:
 
     ``status``: 'fits' (simulated, fits), 'oom' (simulated, peak over the limit), 'pruned' (its
     memory lower bound is over the limit: not simulated), 'skipped' (its step-time lower bound
-    is above the top-k: not simulated). Times in seconds, memory in bytes.
+    is above the top-k, and with ``pareto`` a simulated plan is at least as fast and as small as its
+    bounds: not simulated). Times in seconds, memory in bytes.
     """
 
     plan: Plan
@@ -101,6 +108,10 @@ class SearchResult:
     @property
     def best(self) -> Row:
         return self.feasible[0]
+
+    def pareto_front(self) -> list[Row]:
+        """The fitting plans no other simulated plan beats on both step time and peak memory."""
+        return pareto_front(self.rows)
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.rows)
@@ -160,7 +171,7 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
             for (schedule, v), zero, rc, sp, (off_opt, off_par) in itertools.product(
                     schedules, space.zero_stages, space.recompute, sps, space.offload):
                 if (off_opt != "none" and zero == 0) or (off_par != "none" and zero != 3) \
-                        or (off_opt == "nvme" and zero != 3):
+                        or (off_opt == "nvme" and zero != 3) or (pp > 1 and zero > space.max_zero_with_pp):
                     continue
                 plans.append(Plan(zero_stage=zero, tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, num_microbatches=m,
                                   schedule=schedule, virtual=v, recompute=rc, sequence_parallel=sp,
@@ -199,11 +210,13 @@ def _host_reason(cluster: Cluster, need: dict) -> str:
 
 
 def search(model: Model, cluster: Cluster, global_batch: int, space: Space | None = None, costs=None, *,
-           top: int | None = 10, memory_fraction: float = 0.9, node_budget: int = NODE_BUDGET) -> SearchResult:
+           top: int | None = 10, pareto: bool = False, memory_fraction: float = 0.9,
+           node_budget: int = NODE_BUDGET) -> SearchResult:
     """Rank the plans of ``space`` for ``model`` on ``cluster`` at ``global_batch`` sequences per step.
 
     ``costs``: the cost model's constants (e.g. sim.calibrate.calibrate()); ``top``: simulate until
-    the ``top`` fastest fitting plans are certain (None: every plan that passes the memory prune).
+    the ``top`` fastest fitting plans are certain (None: every plan that passes the memory prune);
+    ``pareto``: and until the step-time / peak-memory Pareto front is certain (``pareto_front``).
     Raises ValueError when the batch splits no way, NoPlanFits when nothing fits.
     """
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
@@ -231,8 +244,8 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
         reason = _host_reason(cluster, need)
         if need["total"] > limit:
             reason = (f"needs ≥ {need['total'] / GiB:.2f} GiB (states {need['states'] / GiB:.1f} + activations "
-                      f"{need['activations'] / GiB:.1f} + buffers {need['transient'] / GiB:.1f}) > "
-                      f"{limit / GiB:.2f}")
+                      f"{need['activations'] / GiB:.1f} + buffers {need['transient'] / GiB:.1f}), "
+                      f"{(need['total'] - limit) / 2**20:,.0f} MiB over")
         if reason:
             row.reason = reason
             continue
@@ -244,10 +257,15 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
         candidates.append(row)
     candidates.sort(key=lambda r: (r.time_bound, r.memory_bound, describe(r.plan)))
     best_times: list[float] = []  # step times of fitting plans, sorted
+    front: list[Row] = []         # the Pareto front so far (with ``pareto``)
     for row in candidates:
         if top is not None and len(best_times) >= top and row.time_bound > best_times[top - 1]:
-            row.reason = f"step ≥ {row.time_bound:.3f} s > the {top}th best {best_times[top - 1]:.3f} s"
-            continue
+            dominated = next((f for f in front if f.step_time <= row.time_bound and f.peak_bytes <= row.memory_bound),
+                             None) if pareto else True
+            if dominated is not None:
+                row.reason = f"step ≥ {row.time_bound:.3f} s > the {top}th best {best_times[top - 1]:.3f} s" + (
+                    f"; ≥ {describe(dominated.plan)} in time and memory" if pareto else "")
+                continue
         r = simulate(model, cluster, row.plan, costs, granularity=row.granularity)
         row.step_time, row.tflops_per_gpu, row.mfu = r.step_time, r.tflops_per_gpu, r.mfu
         row.bubble, row.peak_bytes = r.bubble_fraction, r.peak_gpu_bytes
@@ -255,9 +273,12 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
             row.status = "fits"
             best_times.append(r.step_time)
             best_times.sort()
+            if pareto:
+                front = pareto_front(front + [row])
         else:
             row.status = "oom"
-            row.reason = f"simulated peak {r.peak_gpu_bytes / GiB:.1f} GiB > {limit / GiB:.1f}"
+            row.reason = (f"simulated peak {r.peak_gpu_bytes / GiB:.2f} GiB, "
+                          f"{(r.peak_gpu_bytes - limit) / 2**20:,.0f} MiB over")
     order = {"fits": 0, "oom": 1, "skipped": 2, "pruned": 3}
     rows.sort(key=lambda r: (order[r.status], r.step_time or 0.0, r.time_bound, r.memory_bound, describe(r.plan)))
     stats = {"enumerated": len(rows), "pruned": sum(r.status == "pruned" for r in rows),
@@ -277,7 +298,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
     return result
 
 
-def pareto(rows: list[Row]) -> list[Row]:
+def pareto_front(rows: list[Row]) -> list[Row]:
     """The simulated plans that fit and that no other beats on both step time and peak memory,
     fastest first."""
     front, best_peak = [], float("inf")

@@ -123,19 +123,24 @@ def test_enumeration_respects_the_rules():
         assert model.heads % p.tp == 0 and p.tp <= 8 and model.layers % (p.pp * p.virtual) == 0
         assert p.world_size == 16 and p.global_batch == 64
         assert not (p.offload_param != "none" and p.zero_stage != 3)
+    deepspeed = search.enumerate_plans(model, cluster, 64, search.Space(max_zero_with_pp=1))
+    assert {p.zero_stage for p in deepspeed if p.pp > 1} == {0, 1}
+    assert {p.zero_stage for p in deepspeed if p.pp == 1} == {0, 1, 2, 3}
     tps = {p.tp for p in search.enumerate_plans(model, cluster, 64)}
     assert tps == {1, 2, 4, 8} - {p for p in (1, 2, 4, 8) if 40 % p}
 
 
-def test_pareto_front_is_not_dominated(exhaustive):
-    result = exhaustive
-    front = search.pareto(result.rows)
-    assert front[0].step_time == result.best.step_time
-    for r in result.feasible:
-        dominated = any(f.step_time <= r.step_time and f.peak_bytes <= r.peak_bytes for f in front)
-        assert dominated
+def test_pareto_front_is_not_dominated_and_the_pareto_search_finds_all_of_it(exhaustive):
+    front = exhaustive.pareto_front()
+    assert len(front) > 2 and front[0].step_time == exhaustive.best.step_time
+    for r in exhaustive.feasible:
+        assert any(f.step_time <= r.step_time and f.peak_bytes <= r.peak_bytes for f in front)
     for a in front:
-        assert not any(b.step_time < a.step_time and b.peak_bytes < a.peak_bytes for b in result.feasible)
+        assert not any(b.step_time < a.step_time and b.peak_bytes < a.peak_bytes for b in exhaustive.feasible)
+    quick = search.search(BIG, CLUSTER, BATCH, SMALL, COSTS, top=1, pareto=True)
+    name = lambda rows: [(search.describe(r.plan), r.step_time, r.peak_bytes) for r in rows]
+    assert name(quick.pareto_front()) == name(front)
+    assert quick.stats["simulated"] < exhaustive.stats["simulated"] / 2
 
 
 def test_indivisible_global_batch_is_a_clear_error():
