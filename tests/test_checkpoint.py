@@ -318,3 +318,31 @@ def test_wrong_checkpoints_are_clear_errors(saved, tmp_path):
     assert "must be a plain file name" in bad_tag
     assert "parameter 'blocks.0.mlp.fc1.weight': the checkpoint has shape (84, 21), the model (105, 21)" in shape
     assert "is missing optim_states_rank001.pt" in missing_file
+
+
+def deepspeed_save(rank, world, root):
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    import deepspeed
+    out = {}
+    for stage in (0, 1, 2, 3):
+        model = build_model()
+        ds_config = {**config("stage0", world), "zero_optimization": {"stage": stage}}
+        del ds_config["scheduler"]
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+                                          config=ds_config)
+        train(engine, rank, world, 1)
+        engine.save_checkpoint(os.path.join(root, f"stage{stage}"))
+        out[stage] = sorted(os.listdir(os.path.join(root, f"stage{stage}", "global_step1")))
+    return out
+
+
+def test_deepspeed_layout_for_comparison(tmp_path):
+    # The names chapter 27 sets beside ours, and why DeepSpeed's files need weights_only=False to load.
+    pytest.importorskip("deepspeed")
+    names = zero_ref.launch(deepspeed_save, 2, str(tmp_path), timeout=300, echo=False)[0]
+    for stage in (0, 1, 2, 3):
+        assert names[stage] == checkpoint.deepspeed_file_names(stage, 2), stage
+        assert set(os.listdir(tmp_path / f"stage{stage}")) >= {"latest"} | ({"zero_to_fp32.py"} if stage else set())
+    optim = tmp_path / "stage1" / "global_step1" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    with pytest.raises(pickle.UnpicklingError, match="deepspeed.runtime.fp16.loss_scaler.LossScaler"):
+        torch.load(optim, weights_only=True)  # it pickles a Python object: only an unsafe load reads it

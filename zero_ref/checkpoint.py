@@ -42,7 +42,17 @@ from zero_ref import comm
 from zero_ref.zero_to_fp32 import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, _numel, optim_file,
                                    param_file, resolve)
 
-__all__ = ["save", "load", "CheckpointError", "Reader", "resolve"]
+__all__ = ["save", "load", "CheckpointError", "Reader", "resolve", "deepspeed_file_names"]
+
+def deepspeed_file_names(stage: int, world: int) -> list[str]:
+    """The files DeepSpeed 0.19.8 writes into a tag folder for the same run (no tensor or pipeline
+    parallelism), for comparison; tests/test_checkpoint.py checks them against a real DeepSpeed save.
+    Beside the tag folders it writes ``latest`` and (stages 1-3) a copy of its ``zero_to_fp32.py`` script."""
+    if stage == 3:
+        return sorted(f"zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt" for r in range(world) for kind in ("model", "optim"))
+    return ["mp_rank_00_model_states.pt"] + [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world)
+                                             if stage > 0]
+
 
 # ---------------------------------------------------------------- what a rank owns
 def _names(module) -> dict[int, str]:

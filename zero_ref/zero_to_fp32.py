@@ -98,6 +98,14 @@ class Reader:
                 raise CheckpointError(f"cannot read {path}: {e}") from None
         return self._files[file]
 
+    def tensor_bytes(self, file: str) -> int:
+        """Bytes of the tensors ``file`` holds: its payload, without the zip and pickle framing."""
+        def walk(x):
+            if isinstance(x, torch.Tensor):
+                return x.numel() * x.element_size()
+            return sum(map(walk, x.values() if isinstance(x, dict) else x)) if isinstance(x, (dict, list, tuple)) else 0
+        return walk(self.load(file))
+
     def read(self, name: str, key: str, lo: int = 0, hi: int | None = None) -> torch.Tensor:
         """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param" or one of STATES)."""
         kind = "param" if key == "param" else "optim"

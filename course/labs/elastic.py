@@ -56,7 +56,7 @@ def check_restartable() -> None:
                          "environment (see course/labs/elastic.py)")
 
 
-def main(argv=None):
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint-dir", required=True)
     ap.add_argument("--steps", type=int, default=8)
@@ -65,7 +65,13 @@ def main(argv=None):
     ap.add_argument("--global-batch", type=int, default=8)
     ap.add_argument("--kill-at-step", type=int, default=None, help="kill one rank once, right after this step")
     ap.add_argument("--kill-rank", type=int, default=1)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def train(argv=None) -> str | None:
+    """Resume from the latest checkpoint (if any), train to --steps, save; rank 0 returns the weights' digest.
+    Needs a joined process group (torchrun's, or zero_ref.launch's); the engine joins torchrun's."""
+    args = parse_args(argv)
     check_restartable()
     torch.set_num_threads(1)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
@@ -102,8 +108,14 @@ def main(argv=None):
             say(f"step {step}: saved {os.path.join(os.path.basename(args.checkpoint_dir), f'global_step{step}')}")
     engine.save_checkpoint(args.checkpoint_dir, tag="final", save_latest=False)
     if rank == 0:
-        state = get_fp32_state_dict_from_zero_checkpoint(args.checkpoint_dir, tag="final")
-        say(f"done at step {engine.global_steps}; weights sha256 {digest(state)[:16]}")
+        sha = digest(get_fp32_state_dict_from_zero_checkpoint(args.checkpoint_dir, tag="final"))[:16]
+        say(f"done at step {engine.global_steps}; weights sha256 {sha}")
+        return sha
+    return None
+
+
+def main(argv=None):
+    train(argv)
     torch.distributed.destroy_process_group()
 
 
