@@ -129,20 +129,29 @@ def test_resume_is_bit_identical_at_every_stage(saved):
     assert all(r[c]["lr"][0] == r[c]["lr"][1] for r in results for c in CASES)
 
 
-def test_shard_files_hold_twelve_bytes_per_element_over_n(saved):
+def test_shard_files_hold_the_bytes_of_the_formula(saved):
     root, _ = saved
-    for case in ("stage0", "stage1", "stage2", "stage3"):
-        path = os.path.join(root, case, "global_step3")
-        meta = json.load(open(os.path.join(path, "metadata.json")))
-        assert meta["world_size"] == 2 and meta["stage"] == int(case[-1])
-        psi = sum(p.numel() for p in build_model().parameters() if p.requires_grad)
-        # the fp32 (master, exp_avg, exp_avg_sq) elements of the two files add up to 3Ψ, split ~evenly
-        files = ("optim_states_rank000.pt", "optim_states_rank001.pt")
-        counts = [3 * sum(e - s for _, s, e in meta["index"]["optim"][f]) for f in files]
-        assert sum(counts) == 3 * psi and abs(counts[0] - counts[1]) <= 3 * 16  # rank 1's shards hold the padding
-        for f, elements in zip(files, counts):
-            size = os.path.getsize(os.path.join(path, f))
-            assert 4 * elements <= size <= 4 * elements + 40_000, (f, size)  # + the zip/pickle framing
+    model = build_model()
+    psi = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    everything = sum(p.numel() for p in model.parameters())  # + the frozen position embedding
+    for case in ("stage0", "stage1", "stage2", "stage3", "stage3_bf16"):
+        stage, bp = CASES[case][0], 2 if "bf16" in case else 4
+        reader = Reader(os.path.join(root, case, "global_step3"))
+        assert (reader.meta["world_size"], reader.meta["stage"]) == (2, stage)
+        expect = checkpoint.checkpoint_bytes(psi, zero_stage=stage, dp=2, precision="bf16" if bp == 2 else "fp32")
+        optim = [reader.state_bytes(f"optim_states_rank00{r}.pt") for r in (0, 1)]
+        # 12 bytes (master, exp_avg, exp_avg_sq) per trainable element, each written once; padding is not written
+        assert sum(optim) == 12 * psi and max(optim) <= expect["optim_per_rank"] + 12 * len(reader.meta["index"]["optim"])
+        if stage == 3:
+            params = [reader.state_bytes(f"param_states_rank00{r}.pt") for r in (0, 1)]
+            per_rank = checkpoint.checkpoint_bytes(everything, zero_stage=3, dp=2, precision="fp32" if bp == 4 else "bf16")
+            # every unit (15) is padded on its own: rank 0's shards hold ≤ 1 element more per unit
+            assert sum(params) == bp * everything and max(params) <= per_rank["params_per_rank"] + bp * 15
+            assert reader.state_bytes("model_states.pt") == 0  # (this model has no buffers)
+        else:
+            assert reader.state_bytes("model_states.pt") == expect["rank0_params"] + bp * (everything - psi)
+        for f, n in reader.meta["file_bytes"].items():  # on disk: the payload plus the zip/pickle framing
+            assert n == os.path.getsize(os.path.join(reader.path, f)) and n >= reader.state_bytes(f)
 
 
 def test_consolidation_equals_the_fp32_master_weights(saved, tmp_path):

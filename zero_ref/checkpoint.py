@@ -42,7 +42,25 @@ from zero_ref import comm
 from zero_ref.zero_to_fp32 import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, _numel, optim_file,
                                    param_file, resolve)
 
-__all__ = ["save", "load", "CheckpointError", "Reader", "resolve", "deepspeed_file_names"]
+__all__ = ["save", "load", "CheckpointError", "Reader", "resolve", "checkpoint_bytes", "deepspeed_file_names"]
+
+def checkpoint_bytes(num_params: int, *, zero_stage: int, dp: int, precision: str = "bf16") -> dict[str, int]:
+    """Tensor bytes a checkpoint of ``num_params`` trainable parameters holds (file framing aside).
+
+    Every rank's optimizer file holds fp32 master, exp_avg and exp_avg_sq for its ≤ ⌈Ψ/N⌉ elements
+    (12 bytes each) at every stage: stage 0's ranks hold all of it, and each writes one slice. The
+    parameters (2 bytes each in bf16/fp16, 4 in fp32) are rank 0's to write at stages 0-2, and ⌈Ψ/N⌉
+    per rank at stage 3. ``dp``: the ranks the states are divided over (TP × PP × DP under 3D)."""
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    if dp < 1 or num_params < 0:
+        raise ValueError(f"need dp >= 1 and num_params >= 0, got dp={dp}, num_params={num_params}")
+    shard, bp = -(-num_params // dp), 4 if precision == "fp32" else 2
+    per_rank = bp * shard if zero_stage == 3 else 0
+    rank0 = bp * num_params if zero_stage < 3 else 0
+    return {"optim_per_rank": 12 * shard, "params_per_rank": per_rank, "rank0_params": rank0,
+            "largest_rank": 12 * shard + per_rank + rank0, "total": (12 + bp) * num_params}
+
 
 def deepspeed_file_names(stage: int, world: int) -> list[str]:
     """The files DeepSpeed 0.19.8 writes into a tag folder for the same run (no tensor or pipeline
@@ -235,7 +253,9 @@ def _save_model_states(engine, path: str, client_state, sched) -> None:
         keys = set(_state_keys(module)) - {n for n, _ in module.named_parameters(remove_duplicate=False)}
         state = {k: _copy(v) for k, v in module.named_buffers(remove_duplicate=False) if k in keys}
     else:
-        state = {k: _copy(v) for k, v in module.state_dict().items()}
+        state, copies = {}, {}  # a tied weight: one copy under both names, as in the module
+        for k, v in module.state_dict(keep_vars=True).items():
+            state[k] = copies[id(v)] if id(v) in copies else copies.setdefault(id(v), _copy(v))
     adam = opt.adam
     _save_file({
         "module": state, "client_state": client_state or {}, "lr_scheduler": sched,

@@ -98,13 +98,14 @@ class Reader:
                 raise CheckpointError(f"cannot read {path}: {e}") from None
         return self._files[file]
 
-    def tensor_bytes(self, file: str) -> int:
-        """Bytes of the tensors ``file`` holds: its payload, without the zip and pickle framing."""
-        def walk(x):
-            if isinstance(x, torch.Tensor):
-                return x.numel() * x.element_size()
-            return sum(map(walk, x.values() if isinstance(x, dict) else x)) if isinstance(x, (dict, list, tuple)) else 0
-        return walk(self.load(file))
+    def state_bytes(self, file: str) -> int:
+        """Bytes of parameter state ``file`` holds (its per-parameter pieces; the module's tensors in
+        model_states.pt): the payload, without the zip and pickle framing or the random-number state."""
+        d = self.load(file)
+        tensors = d["module"].values() if file == MODEL else [t for p in d["pieces"].values() for k, t in p.items()
+                                                              if k != "start"]
+        unique = {t.untyped_storage().data_ptr(): t for t in tensors}.values()  # a tied weight is stored once
+        return sum(t.numel() * t.element_size() for t in unique)
 
     def read(self, name: str, key: str, lo: int = 0, hi: int | None = None) -> torch.Tensor:
         """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param" or one of STATES)."""
