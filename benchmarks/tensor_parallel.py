@@ -5,7 +5,7 @@
 Same model (the course GPT: 4 blocks, d 256, 4 heads, vocab 1024, seq 64, untied head), same data,
 same AdamW, fp32, micro-batch 4, gloo on CPU, one intra-op thread per rank. Every framework lives
 in the same processes and their steps are interleaved (alternating order), so machine noise hits
-all alike (``--big``: d 1024, 16 heads, seq 128, ≈ 54M parameters, where the matmuls rather than
+all alike (``--big``: d 1024, 16 heads, seq 128, vocab 8192, ≈ 67M parameters, where the matmuls rather than
 per-op overheads dominate). Prints the median ms/step and the speed relative to PyTorch's TP:
 
 - ``torch_tp``: ``torch.distributed.tensor.parallel.parallelize_module`` with ColwiseParallel
@@ -147,7 +147,7 @@ def main(argv=None):
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--big", action="store_true", help="the ≈54M-parameter model")
+    ap.add_argument("--big", action="store_true", help="the ≈67M-parameter model")
     args = ap.parse_args(argv)
     res = zero_ref.launch(bench, args.tp, args.steps, args.warmup, args.big, timeout=1800, echo=False)
     rows = {name: (statistics.median(r[name][0] for r in res), res[0][name][1]) for name in res[0]}

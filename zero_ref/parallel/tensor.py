@@ -77,7 +77,7 @@ class ColumnParallelLinear(nn.Module):
     def __init__(self, in_features, out_features, group, *, bias=True, gather_output=False,
                  sequence_parallel=False, dtype=None):
         super().__init__()
-        rank, t = _tp(group)
+        _, t = _tp(group)
         _divisible("ColumnParallelLinear: out_features", out_features, t)
         self.group, self.gather_output, self.sequence_parallel = group, gather_output, sequence_parallel
         self.weight = nn.Parameter(torch.empty(out_features // t, in_features, dtype=dtype).normal_(0, 0.02))
@@ -114,7 +114,7 @@ class RowParallelLinear(nn.Module):
     def __init__(self, in_features, out_features, group, *, bias=True, input_is_parallel=True,
                  sequence_parallel=False, dtype=None):
         super().__init__()
-        rank, t = _tp(group)
+        _, t = _tp(group)
         _divisible("RowParallelLinear: in_features", in_features, t)
         self.group, self.input_is_parallel, self.sequence_parallel = group, input_is_parallel, sequence_parallel
         self.weight = nn.Parameter(torch.empty(out_features, in_features // t, dtype=dtype).normal_(0, 0.02))
@@ -147,7 +147,7 @@ class ParallelAttention(nn.Module):
 
     def __init__(self, attn: CausalSelfAttention, group, *, sequence_parallel=False, recompute="none"):
         super().__init__()
-        rank, t = _tp(group)
+        _, t = _tp(group)
         _divisible("ParallelAttention: n_heads", attn.n_heads, t)
         if recompute not in ("none", "selective"):
             raise ValueError(f"recompute must be 'none' or 'selective', got {recompute!r}")
@@ -288,11 +288,14 @@ class TensorParallelGPT(nn.Module):
     ``forward(idx, targets)`` takes the same [b, s] batch on every tp rank and returns this rank's
     logits slice [b, s, V/t] (and the mean loss). With ``sequence_parallel``, call
     ``sync_sequence_parallel_grads`` after backward (as Megatron does) before using the gradients.
+    Dropout draws each rank's masks from its own generator: seed the tp ranks alike so the
+    replicated regions stay identical (Megatron's RNG tracker, which also gives each rank's heads
+    their own masks, is not modelled).
     """
 
     def __init__(self, model: GPT, group, *, sequence_parallel=False, recompute="none"):
         super().__init__()
-        cfg, (rank, t) = model.cfg, _tp(group)
+        cfg = model.cfg
         self.cfg, self.group, self.sequence_parallel = cfg, group, sequence_parallel
         self.tok_emb = VocabParallelEmbedding(model.tok_emb, group, sequence_parallel=sequence_parallel)
         self.pos_emb = copy.deepcopy(model.pos_emb)
