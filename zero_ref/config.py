@@ -40,7 +40,7 @@ from zero_ref.config_schema import (ADAM_TYPES, DEEPSPEED_OPTIMIZERS, SCHEDULER_
                                     ZeroConfig, section_types)
 
 __all__ = ["ConfigError", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
-           "defaults_table", "format_defaults"]
+           "defaults_table", "format_defaults", "model_state_placement"]
 
 
 class ConfigError(ValueError):
@@ -230,14 +230,13 @@ class _Reader:
         ds_only, removed = getattr(cls, "DEEPSPEED_ONLY", {}), getattr(cls, "REMOVED", {})
         hints = getattr(cls, "HINTS", {})
         if name in removed:
-            self.error(key, f"was removed from DeepSpeed ({removed[name]}); DeepSpeed 0.19 rejects it too: "
-                            "remove the key")
+            self.error(key, f"was removed from DeepSpeed ({removed[name]}), which rejects it too: remove the key")
         elif name in ds_only:
             if _asks_nothing(v):
                 self.notes.append(f"{key} is not implemented in zero_ref; accepted because it is off")
             else:
-                self.error(key, f"is a DeepSpeed key that is not supported by zero_ref ({ds_only[name]}); "
-                                "remove it (or turn it off)")
+                self.error(key, f"is a DeepSpeed key not supported by zero_ref: {ds_only[name]}. Remove it "
+                                "(or turn it off)")
         elif name in hints:
             listing = f"; known keys: {', '.join(known)}" if len(known) <= 8 else ""
             self.error(key, f"is not a known key ({hints[name]}){listing}")
@@ -527,11 +526,25 @@ def _asks_nothing(v) -> bool:
     return v is None or v is False or v == {} or (isinstance(v, dict) and v.get("enabled") is False)
 
 
+def model_state_placement(cfg: Config, num_params: int) -> dict:
+    """Bytes of model states one rank holds on each tier (gpu / cpu / nvme) under this config, by
+    zero_ref.memory's formulas: stage, precision, offload devices and the data-parallel size of
+    ``cfg.batch`` (parse with ``dp=``)."""
+    from zero_ref.memory import offload_placement
+    if cfg.batch is None:
+        raise ConfigError("dp", "dp: parse the config with dp=... first (the data-parallel size divides the states)")
+    z = cfg.zero_optimization
+    return offload_placement(num_params, zero_stage=z.stage, dp=cfg.batch.dp, precision=cfg.precision,
+                             offload_optimizer=(z.offload_optimizer or OffloadOptimizerConfig()).device,
+                             offload_param=(z.offload_param or OffloadParamConfig()).device)
+
+
 # ---------------------------------------------------------------- the defaults, for chapter 9
 
 def defaults_table() -> list[dict]:
     """One row per key zero_ref reads: dotted key, DeepSpeed 0.19.8's code default, the documented
-    default where the docs differ, what the key means, and what zero_ref does with it."""
+    default where the docs differ, what the key means, and what zero_ref does with it (``status``:
+    "used", "default only" — other values are refused — or "no effect" — accepted and noted)."""
     rows = []
 
     def walk(cls, path: str):
@@ -556,8 +569,9 @@ def defaults_table() -> list[dict]:
             status = ("no effect: " + meta["noop"] if meta.get("noop") else
                       f"only {' or '.join(_show(o) for o in meta['only'])}: {meta['why']}" if meta.get("only")
                       is not None else meta.get("zero_ref", "used"))
+            kind = "no effect" if meta.get("noop") else "default only" if meta.get("only") is not None else "used"
             rows.append({"key": key, "default": default, "docs": meta.get("docs"), "meaning": meta.get("doc", ""),
-                         "zero_ref": status})
+                         "zero_ref": status, "status": kind})
 
     walk(Config, "")
     return rows
@@ -572,13 +586,13 @@ def _fmt(v) -> str:
     return _show(v) if isinstance(v, (str, bool, type(None))) else str(v)
 
 
-def format_defaults(prefix: str = "", *, disagreements_only: bool = False) -> str:
-    """``defaults_table()`` as aligned text: the keys that start with ``prefix``."""
-    rows = [r for r in defaults_table() if r["key"].startswith(prefix)
+def format_defaults(prefix: str = "", *, keys=None, disagreements_only: bool = False) -> str:
+    """``defaults_table()`` as aligned text: the keys that start with ``prefix`` (or exactly ``keys``)."""
+    rows = [r for r in defaults_table() if (r["key"] in keys if keys is not None else r["key"].startswith(prefix))
             and (not disagreements_only or r["docs"] is not None)]
-    width = max(len(r["key"]) for r in rows)
-    lines = [f"{'key':<{width}}  {'default':>12}  {'docs say':>11}  zero_ref"]
-    for r in rows:
-        docs = _fmt(r["docs"]) if r["docs"] is not None else ""
-        lines.append(f"{r['key']:<{width}}  {_fmt(r['default']):>12}  {docs:>11}  {r['zero_ref']}")
+    cells = [(r["key"], _fmt(r["default"]), _fmt(r["docs"]) if r["docs"] is not None else "", r["zero_ref"])
+             for r in rows]
+    w = [max(len(c[i]) for c in cells + [("key", "default", "docs say", "")]) for i in range(3)]
+    lines = [f"{'key':<{w[0]}}  {'default':>{w[1]}}  {'docs say':>{w[2]}}  zero_ref"]
+    lines += [f"{k:<{w[0]}}  {d:>{w[1]}}  {doc:>{w[2]}}  {z}" for k, d, doc, z in cells]
     return "\n".join(lines)

@@ -184,7 +184,8 @@ class ZeroConfig:
 
     DEEPSPEED_ONLY = {"zenflow": "ZenFlow is not implemented", "leaf_module": "ZeRO-3 leaf modules are not "
                       "implemented; ZeroStage3(unit_modules=...) groups a subtree into one unit"}
-    REMOVED = {"mics_shard_size": "MiCS", "mics_hierarchical_params_gather": "MiCS", "zeropp_loco_param": "LoCo"}
+    REMOVED = {"mics_shard_size": "MiCS sharding", "mics_hierarchical_params_gather": "MiCS sharding",
+               "zeropp_loco_param": "LoCo-ZeRO++"}
 
 
 # ---------------------------------------------------------------- optimizer and scheduler
@@ -295,11 +296,11 @@ class CheckpointConfig:
 
 _DS_ONLY_WHY = {
     "torch_autocast": "zero_ref casts the whole model (fp16/bf16); torch.autocast is not implemented",
-    "pipeline": "zero_ref's engine does not run pipeline parallelism (zero_ref.parallel has the building blocks). "
-                "DeepSpeed itself reads only stages, partition, seed_layers, activation_checkpoint_interval, "
-                "pipe_partitioned and grad_partitioned here and ignores any other key",
-    "tensor_parallel": "zero_ref's engine does not run tensor parallelism (zero_ref.parallel has the building "
-                       "blocks); DeepSpeed's key for the degree is tensor_parallel.autotp_size",
+    "pipeline": "zero_ref's engine does not run pipeline parallelism, whose building blocks are in zero_ref.parallel "
+                "(and DeepSpeed reads only stages, partition, seed_layers, activation_checkpoint_interval, "
+                "pipe_partitioned and grad_partitioned here, ignoring any other key)",
+    "tensor_parallel": "zero_ref's engine does not run tensor parallelism, whose building blocks are in "
+                       "zero_ref.parallel (and DeepSpeed's key for the degree is tensor_parallel.autotp_size)",
     "expert_parallel": "zero_ref's engine does not run expert parallelism",
     "sequence_parallel_size": "zero_ref's engine does not run sequence parallelism",
     "flops_profiler": "no FLOPs profiler", "comms_logger": "zero_ref.comm.recording() counts the bytes instead",
@@ -314,9 +315,13 @@ _DS_ONLY_WHY = {
     "seq_parallel_communication_data_type": "no sequence parallelism", "dump_state": "no state dump",
     "mesh_param": "no device mesh",
 }
-_REMOVED_WHY = {k: "removed in DeepSpeed 0.19" for k in (
-    "nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
-    "sparse_attention", "elasticity", "graph_harvesting", "curriculum_learning", "progressive_layer_drop")}
+_REMOVED_WHY = {  # DeepSpeed 0.19's _REMOVED_TOP_LEVEL_CONFIG_KEYS
+    "nebula": "Nebula checkpointing", "compression_training": "the compression library",
+    "amp": "NVIDIA Apex AMP; use fp16 or bf16", "quantize_training": "Mixture-of-Quantization",
+    "sparse_gradients": "sparse embedding-gradient compression", "eigenvalue": "eigenvalue-based MoQ",
+    "sparse_attention": "Sparse Attention", "elasticity": "elastic training; set the batch keys directly",
+    "graph_harvesting": "graph harvesting", "curriculum_learning": "top-level curriculum learning",
+    "progressive_layer_drop": "Progressive Layer Dropping"}
 _HINTS = {
     "micro_batch_size": "the per-rank micro-batch is train_micro_batch_size_per_gpu",
     "micro_batch_size_per_gpu": "the per-rank micro-batch is train_micro_batch_size_per_gpu",
