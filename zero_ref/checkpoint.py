@@ -386,11 +386,6 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
         for k, v in states["adam"].items():
             setattr(opt.adam, k, tuple(v) if k == "betas" else v)
         opt.global_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
-        holders = _lr_holders(engine)
-        if [len(h.param_groups) for h in holders] == [len(x) for x in states["param_group_lrs"]]:
-            for h, lrs in zip(holders, states["param_group_lrs"]):
-                for g, lr in zip(h.param_groups, lrs):
-                    g["lr"] = lr
         if opt.loss_scaler is not None and states["loss_scaler"] is not None:
             opt.loss_scaler.load_state_dict(states["loss_scaler"])
         if meta["world_size"] == opt.world_size:  # each rank's random stream (dropout) continues
@@ -398,8 +393,15 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
             torch.set_rng_state(rng["cpu"])
             if "cuda" in rng and torch.cuda.is_available():
                 torch.cuda.set_rng_state(rng["cuda"])
-    if load_lr_scheduler_states and getattr(engine, "lr_scheduler", None) is not None and states["lr_scheduler"]:
+    schedule = load_lr_scheduler_states and getattr(engine, "lr_scheduler", None) is not None and states["lr_scheduler"]
+    if schedule:
         engine.lr_scheduler.load_state_dict(states["lr_scheduler"])
+    holders = _lr_holders(engine)  # the rate the schedule last wrote: with the optimizer, or with the schedule
+    if (load_optimizer_states or schedule) and [len(h.param_groups) for h in holders] == \
+            [len(x) for x in states["param_group_lrs"]]:
+        for h, lrs in zip(holders, states["param_group_lrs"]):
+            for g, lr in zip(h.param_groups, lrs):
+                g["lr"] = lr
     for k, v in {"global_steps": states["global_steps"], **states["engine"]}.items():
         if hasattr(engine, k):
             setattr(engine, k, v)
