@@ -57,7 +57,8 @@ def hooks_run(rank, world):
     scale = x.norm() / math.sqrt(64)
     out["worker_error"] = (ob.worker_error[0] - (x - scale * torch.where(x >= 0, 1.0, -1.0))).abs().max().item()
     # PowerSGD on a gradient that is rank 2 and the same on every rank is exact after one step.
-    low = torch.randn(24, 2, generator=torch.Generator().manual_seed(5)) @ torch.randn(2, 10, generator=torch.Generator().manual_seed(6))
+    gen = torch.Generator().manual_seed(5)
+    low = torch.randn(24, 2, generator=gen) @ torch.randn(2, 10, generator=gen)
     b = make_bucket(rank, world)
     fill(b, [low] + [torch.zeros(s) for s in SHAPES[1:]])
     C.PowerSGD(rank=2)(b, None)

@@ -169,7 +169,8 @@ def test_gating_invariants(n, e, k, cf, seed):
 
 def test_aux_loss_extremes():
     n, e = 64, 4
-    uniform = moe.top_k_gating(torch.zeros(n, e) + torch.arange(n).remainder(e).unsqueeze(1).eq(torch.arange(e)) * 1e-3, 1, 1.0)
+    round_robin = torch.arange(n).remainder(e).unsqueeze(1).eq(torch.arange(e))  # token t prefers expert t mod E
+    uniform = moe.top_k_gating(round_robin * 1e-3, 1, 1.0)
     assert abs(uniform.aux_loss.item() - 1.0) < 1e-3  # balanced: f = P = 1/E → E·Σ 1/E² = 1
     collapsed = moe.top_k_gating(torch.tensor([[50.0, 0, 0, 0]]).repeat(n, 1), 1, 1.0)
     assert abs(collapsed.aux_loss.item() - e) < 1e-3  # everything to one expert → E

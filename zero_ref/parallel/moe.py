@@ -144,7 +144,8 @@ class MoE(nn.Module):
         if num_experts % self.ep:
             raise ValueError(f"num_experts={num_experts} is not divisible by the expert-parallel group size "
                              f"ep={self.ep}: every rank must hold the same number of experts")
-        self.num_experts, self.k, self.capacity_factor, self.min_capacity = num_experts, k, capacity_factor, min_capacity
+        self.num_experts, self.k = num_experts, k
+        self.capacity_factor, self.min_capacity = capacity_factor, min_capacity
         self.ep_group, self.local = ep_group, num_experts // self.ep
         self.gate = nn.Linear(cfg.d_model, num_experts, bias=False)
         first = self.ep_rank * self.local
