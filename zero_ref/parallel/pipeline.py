@@ -119,7 +119,7 @@ class Op:
     chunk: int
     start: float
     end: float
-    sync: bool = False  # this backward also reduced the gradients over data-parallel ranks
+    sync: bool = False  # this backward also reduced the gradients over data-parallel ranks (timed with it)
 
 
 @dataclass
