@@ -15,19 +15,23 @@ and ``sim.Costs``:
                                          parameters this rank updates
                     nvlink_efficiency    measured collective seconds in the step against the α-β
                                          model of the same calls at the sweep's bandwidth: the link
-                                         as training sees it (cold buffers, ranks arriving apart)
+                                         as training sees it (cold buffers, the copies and sums)
 
 Each constant comes from its own phase of the calibration run, so the "fit" is three solves. The
 evidence is ``compare``: every other configuration, simulated with the same constants, against its
-measured step time. The simulator's structure is that of a GPU step; how it differs from a CPU
-rank running zero_ref is stated, not tuned away: on a CPU rank a collective and the compute share
-the cores (the sim overlaps a ZeRO-2 reduce-scatter with the next micro-batch's forward and
-ZeRO-3's prefetched gathers with compute); gloo runs reduce_scatter as an all-reduce (its trace
-shows ``gloo:all_reduce``), which the ring formula charges half; zero_ref's ZeRO-3 adds a
-16-byte header all-gather before each unit collective and Python hooks per module.
+measured step time. Steps are timed on one of zero_ref.profile's two clocks (``basis``): 'cpu', the
+CPU time the rank's process spends (default: the step's work, steady on a shared machine), or
+'wall', the fastest step's wall clock.
+
+The simulator's structure is that of a GPU step; how it differs from a CPU rank running zero_ref is
+stated, not tuned away: on a CPU rank a collective and the compute share the cores (the sim
+overlaps a ZeRO-2 reduce-scatter with the next micro-batch's forward and ZeRO-3's prefetched
+gathers with compute); gloo runs reduce_scatter as an all-reduce (its trace shows
+``gloo:all_reduce``), which the ring formula charges half; zero_ref's ZeRO-3 adds a 16-byte header
+all-gather before each unit collective and Python hooks per module.
 
     import zero_ref.profile as zp, sim.fit_local as fl
-    m = zp.measure({"zero1": zp.StepSpec(1, 4), "zero2 gas2": zp.StepSpec(2, 4, gas=2)}, 2)
+    m = zp.measure({"zero1": zp.StepSpec(1, 4), "zero2 mb8": zp.StepSpec(2, 8)}, 2)
     fit = fl.fit_local(m, calibration="zero1")
     print(fl.table(fl.compare(fit, m)))
 """
@@ -40,7 +44,7 @@ import numpy as np
 from sim.config import GPU, Cluster, Model
 from sim.cost import Costs, all_gather, reduce_scatter, ring_all_reduce
 from sim.engine import SimResult, simulate
-from sim.graph import build_graph
+from sim.graph import KINDS, STREAMS, build_graph
 from sim.plan import Plan
 
 GiB = 2**30
@@ -175,7 +179,8 @@ def work_totals(model: Model, plan: Plan) -> dict:
 @dataclass
 class LocalFit:
     """Constants fitted on one measured configuration: ``costs`` and ``link`` with the ``machine`` and
-    ``model`` they describe; ``values`` the fitted numbers; ``calibration`` the configuration's name."""
+    ``model`` they describe; ``values`` the fitted numbers; ``calibration`` the configuration's name,
+    ``basis`` the clock it was timed on."""
 
     costs: Costs
     link: AlphaBeta
@@ -183,6 +188,7 @@ class LocalFit:
     model: Model
     values: dict
     calibration: str
+    basis: str = "cpu"
 
     def cluster(self, world_size: int) -> Cluster:
         return host_cluster(self.machine, world_size, self.link)
@@ -197,17 +203,28 @@ class LocalFit:
         return self.simulate(step).step_time
 
 
-def _phase(step: dict, name: str) -> float:
-    return step[name] - step["comm"][name]
+BASES = ("cpu", "wall")
 
 
-def fit_local(measured: dict, calibration: str, *, link_ops=None) -> LocalFit:
-    """Fit the cost constants on ``measured['steps'][calibration]`` (see the module docstring).
-    ``link_ops``: which collectives of the sweep fit the link (default: all of them)."""
+def _phase(view: dict, name: str) -> float:
+    return view[name] - view["comm"][name]
+
+
+def _basis(basis: str) -> str:
+    if basis not in BASES:
+        raise ValueError(f"basis must be one of {', '.join(BASES)} (zero_ref.profile's clocks), got {basis!r}")
+    return basis
+
+
+def fit_local(measured: dict, calibration: str, *, basis: str = "cpu", link_ops=None) -> LocalFit:
+    """Fit the cost constants on ``measured['steps'][calibration]`` (see the module docstring), timed
+    on ``basis`` 'cpu' (the CPU time of the step: its work, what an unshared machine takes) or
+    'wall' (the fastest step's wall clock). ``link_ops``: which collectives of the sweep fit the link."""
     steps = measured.get("steps", {})
     if calibration not in steps:
         raise ValueError(f"calibration {calibration!r} is not among the measured steps: {', '.join(steps)}")
     step, machine = steps[calibration], measured["machine"]
+    view = step[_basis(basis)]
     link = fit_alpha_beta(measured["sweep"], link_ops)
     model = gpt_model(measured["model"])
     plan = plan_for(step)
@@ -215,21 +232,22 @@ def fit_local(measured: dict, calibration: str, *, link_ops=None) -> LocalFit:
     cluster = host_cluster(machine, plan.world_size, link)
     peak, mem_bw = cluster.gpu.peak_flops, cluster.gpu.hbm_bw
 
-    compute = _phase(step, "forward") + _phase(step, "backward")
+    compute = _phase(view, "forward") + _phase(view, "backward")
     gemm = compute - totals["elementwise_bytes"] / mem_bw
     if gemm <= 0:
         raise ValueError(f"{calibration}: measured compute {compute:.4f} s is below the element-wise kernels' "
                          f"{totals['elementwise_bytes'] / mem_bw:.4f} s at the measured memory bandwidth")
     efficiency = totals["flops"] / (peak * gemm)
 
-    optimizer = _phase(step, "optimizer")
+    optimizer = _phase(view, "optimizer")
     if not optimizer > 0 or not totals["adam_params"]:
         raise ValueError(f"{calibration}: no optimizer time to fit ({optimizer!r} s)")
     adam_bytes = optimizer * mem_bw / totals["adam_params"]
 
-    calls = [c for c in step["collectives"] if not c["async"]]
+    calls = [c for c in view["collectives"] if not c["async"]]
     values = {"efficiency": efficiency, "adam_bytes_per_param": adam_bytes, "nvlink_efficiency": 1.0,
               "alpha": link.alpha, "bandwidth": link.bandwidth}
+    # (on the cpu basis a collective's seconds are the copies and sums it costs, not the waiting)
     if calls:
         steps_alpha = sum(alpha_beta_terms(c["op"], c["bytes"], c["group_size"])[0] for c in calls) * link.alpha
         wire = sum(alpha_beta_terms(c["op"], c["bytes"], c["group_size"])[1] for c in calls)
@@ -241,7 +259,7 @@ def fit_local(measured: dict, calibration: str, *, link_ops=None) -> LocalFit:
     costs = Costs(efficiency=efficiency, elementwise_traffic=1.0, hbm_efficiency=1.0,
                   nvlink_efficiency=values["nvlink_efficiency"], ib_efficiency=values["nvlink_efficiency"],
                   alpha_nvlink=link.alpha, alpha_ib=link.alpha, adam_bytes_per_param=adam_bytes)
-    return LocalFit(costs, link, dict(machine), model, values, calibration)
+    return LocalFit(costs, link, dict(machine), model, values, calibration, basis)
 
 
 # ---------------------------------------------------------------- simulated vs measured
@@ -262,10 +280,11 @@ class Comparison:
 
 
 def compare(fit: LocalFit, measured: dict, names=None) -> list[Comparison]:
-    """Simulate every measured configuration (or ``names``) with ``fit``'s constants."""
+    """Simulate every measured configuration (or ``names``) with ``fit``'s constants, against its step
+    time on the clock ``fit`` was fitted on."""
     steps = measured["steps"]
     names = list(steps) if names is None else list(names)
-    return [Comparison(n, steps[n]["step"], fit.predict(steps[n]), n == fit.calibration) for n in names]
+    return [Comparison(n, steps[n][fit.basis]["step"], fit.predict(steps[n]), n == fit.calibration) for n in names]
 
 
 def table(rows: list[Comparison]) -> str:
@@ -274,3 +293,25 @@ def table(rows: list[Comparison]) -> str:
         lines.append(f"{r.name:<16}{r.measured * 1e3:>12.1f}{r.predicted * 1e3:>13.1f}{r.error:>+8.1%}"
                      + ("  (fitted on)" if r.calibration else ""))
     return "\n".join(lines)
+
+
+_PHASE = {"forward": "forward", "backward": "backward", "optimizer": "optimizer"}
+
+
+def sim_spans(result: SimResult, stage: int = 0) -> list[dict]:
+    """A simulated step as [{"name", "track", "start", "end"}] (seconds), in the form of
+    ``zero_ref.profile.trace_spans``: compute-stream work on the 'compute' track under its phase
+    (forward, backward, optimizer), each collective on the 'comm' track under its op name."""
+    g, out = result.graph, []
+    for i in range(len(g)):
+        if g.stage[i] != stage:
+            continue
+        op = g.works[g.work[i]][0]
+        stream = STREAMS[g.stream[i]]
+        start, end = float(result.start[i]), float(result.end[i])
+        if stream == "compute":
+            name = "optimizer" if op == "adam" else KINDS[g.kind[i]]
+            out.append({"name": _PHASE.get(name, name), "track": "compute", "start": start, "end": end})
+        elif op in ("all_reduce", "reduce_scatter", "all_gather", "p2p"):
+            out.append({"name": op, "track": "comm", "start": start, "end": end})
+    return sorted(out, key=lambda s: (s["start"], s["track"]))

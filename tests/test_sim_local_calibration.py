@@ -1,13 +1,20 @@
 """The simulator calibrated on real zero_ref runs on this machine (CPU ranks on gloo).
 
 One launch of 2 ranks measures the machine, sweeps the collectives and times three training
-configurations interleaved step by step (so load from other work hits all of them alike). The
-cost constants are fitted on ZeRO-1 alone; the simulator must then predict the other two —
-ZeRO-2 with 2 accumulation steps (twice the compute, a reduce-scatter per micro-step) and plain
-data parallelism with twice the micro-batch (an all-reduce, Adam on every parameter) — within 25 %
-of their measured step times. The alpha-beta model fitted on some message sizes must predict the
-others: a median error within 35 % and none off by more than 3× (measured at load 10–14 on
-2 cores: median 13–22 %, worst 2.6×; the tolerance covers a loaded shared machine).
+configurations interleaved step by step. The cost constants are fitted on ZeRO-1 (micro-batch 4)
+alone; the simulator must then predict the other two within 25 % of their measured step time:
+ZeRO-2 with 2 accumulation steps (twice the compute, a reduce-scatter every micro-step) and plain
+data parallelism with twice the micro-batch (larger matrices, an all-reduce instead of
+reduce-scatter + all-gather, Adam over every parameter).
+
+Step time is the CPU time a rank's process spends on the step (zero_ref.profile's 'cpu' clock): the
+step's work, which is what it takes on an unshared machine and barely moves with load (97–107 ms
+for ZeRO-1 at load 14 on 2 cores, where the wall clock read 550–780 ms). The wall-clock comparison
+is printed, not asserted: on a loaded machine it times the scheduler. Measured at load 13–15:
+errors +1 to +9 % (cpu), −18 to +12 % (wall); ZeRO-3, not asserted, −20 to −25 % (chapter 28 says why).
+
+The alpha-beta model fitted on some message sizes must predict the others: a median error within
+35 % and none off by more than 3× (at load 10–14: median 10–22 %, worst 2.6×).
 """
 import math
 
@@ -31,11 +38,12 @@ def measured():
 
 
 def test_fit_on_zero1_predicts_two_other_configurations(measured):
+    print("\nwall clock (fastest step), not asserted:\n" + fl.table(fl.compare(fl.fit_local(measured, "zero1", basis="wall"), measured)))
     fit = fl.fit_local(measured, "zero1")
     rows = {r.name: r for r in fl.compare(fit, measured)}
-    print("\n" + fl.table(list(rows.values())))
-    assert 0 < fit.values["efficiency"] < 1.5 and 0 < fit.values["nvlink_efficiency"] < 1.5
-    assert abs(rows["zero1"].error) < 0.10  # the phases it was fitted on add up to the step
+    print("CPU time:\n" + fl.table(list(rows.values())))
+    assert 0 < fit.values["efficiency"] < 1.5 and fit.values["nvlink_efficiency"] > 0
+    assert abs(rows["zero1"].error) < 0.01  # its phases add up to its step, up to the loop around them
     for name in ("zero2 gas2", "zero0 mb8"):
         assert abs(rows[name].error) < 0.25, f"{name}: simulated {rows[name].predicted:.3f} s vs measured " \
                                              f"{rows[name].measured:.3f} s ({rows[name].error:+.1%})"
@@ -61,12 +69,13 @@ def test_measured_steps_issue_the_collectives_the_sim_models(measured):
     up to padding (zero_ref pads a flat buffer to a multiple of the world size) and the norm's dtype."""
     model = fl.gpt_model(measured["model"])
     for name, step in measured["steps"].items():
-        real = [(c["op"], c["bytes"]) for c in step["collectives"]]
+        real = [(c["op"], c["bytes"]) for c in step["wall"]["collectives"]]
         simulated = [(op, b) for op, b, _ in fl.work_totals(model, fl.plan_for(step))["collectives"]]
         assert [op for op, _ in real] == [op for op, _ in simulated], name
         for (op, b_real), (_, b_sim) in zip(real, simulated):
             assert b_real == b_sim or (b_sim <= 8 and b_real <= 16) or 0 <= b_real - b_sim < 4 * 2, (name, op)
-        assert step["steps"] == 5 and step["step"] > 0
+        assert step["steps"] == 5 and step["cpu"]["step"] > 0 and step["wall"]["step"] > 0
+        assert [c["op"] for c in step["cpu"]["collectives"]] == [op for op, _ in real]
 
 
 # ---------------------------------------------------------------- torch-free pieces

@@ -1,9 +1,10 @@
 """Profile real zero_ref training steps on gloo ranks: the measurements the simulator is calibrated on.
 
     from zero_ref import profile
-    specs = {"zero1": profile.StepSpec(stage=1, micro_batch=4), "zero2 gas2": profile.StepSpec(2, 4, gas=2)}
+    specs = {"zero1": profile.StepSpec(stage=1, micro_batch=4), "zero2 mb8": profile.StepSpec(2, 8)}
     m = profile.measure(specs, world_size=2)   # plain numbers (dicts, lists, floats): sim.fit_local reads them
-    m["steps"]["zero1"]["step"]                 # median seconds of one optimizer step
+    m["steps"]["zero1"]["cpu"]["step"]          # CPU seconds of one optimizer step (its process, all threads)
+    m["steps"]["zero1"]["wall"]["step"]         # wall seconds of the fastest step
     m["sweep"]                                  # [{"op", "bytes", "group_size", "seconds"}, ...]
     m["machine"]                                # per rank: GEMM FLOP/s, memory bytes/s, cores
 
@@ -18,15 +19,25 @@ What each rank measures (all ranks at once, so they share the machine as they do
   what the link costs that is reproducible on a loaded machine; the median of a 4 KiB call moved
   by 10× between runs at load 10 on 2 cores, its minimum by 1.3×.
 - steps: the specs' steps interleaved in the same processes (the order alternates every round), so
-  load from other work on the machine hits every spec alike. After ``warmup`` rounds, the median
-  over ``steps`` rounds of: step, forward, backward, optimizer (seconds; one step = ``gas``
-  micro-steps) and the collectives' seconds inside each phase. Every call through ``zero_ref.comm``
-  is timed by wrapping it (``timed_comm``); a call with ``async_op`` (ZeRO-3's prefetch) is listed
-  but its time is that of the launch: its wait falls inside the phase that needs the result.
+  load from other work hits every spec alike. After ``warmup`` rounds, ``steps`` rounds, each step
+  timed on two clocks, for the step, its phases (forward, backward, optimizer; one step = ``gas``
+  micro-steps) and every collective it calls (``timed_comm`` wraps each call through
+  ``zero_ref.comm``; a call with ``async_op``, ZeRO-3's prefetch, is listed but its time is that of
+  the launch: its wait falls inside the phase that needs the result):
+
+  ``cpu``   the CPU time the rank's process spends (every thread: gloo does a collective's copies
+            and sums on its own), from the step of median CPU time. It is the step's work: what the
+            step takes when the machine is not shared, and it barely moves with load (ZeRO-1 on the
+            course GPT: 97–107 ms per step at load 14 on 2 cores, where the wall clock read
+            550–780 ms).
+  ``wall``  wall-clock seconds of the *fastest* step (``wall_median``: the median), which on a
+            shared machine measures the scheduler as much as the step.
+
+  Each view's numbers come from one step, so its phases and calls add up to its step.
 
 The stages run with ``overlap_comm=False``: on a CPU rank a collective runs on the same cores as
 the compute (measured: overlapping does not shorten the step), and synchronous calls make the
-phases separable. The rank results are combined by the mean over ranks of each rank's median.
+phases separable. The ranks' numbers are combined by their mean.
 """
 from __future__ import annotations
 
@@ -143,28 +154,34 @@ def collective_sweep(sizes=SWEEP_BYTES, ops=SWEEP_OPS, *, trials: int = 15, grou
              "seconds": min(times[(op, size)])} for op in ops for size in sizes]
 
 
+def _clocks() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process: every thread, gloo's workers included)."""
+    return time.perf_counter(), time.process_time()
+
+
 @contextmanager
 def timed_comm(phase: dict):
     """Time every collective called through ``zero_ref.comm`` inside the block. Yields a list that
-    receives {"op", "bytes", "group_size", "seconds", "phase", "async"} per call; ``phase["name"]``
-    (set by the caller as it goes) labels each call."""
+    receives {"op", "bytes", "group_size", "phase", "async", "seconds", "cpu_seconds"} per call;
+    ``phase["name"]`` (set by the caller as it goes) labels each call."""
     calls, originals = [], {name: getattr(comm, name) for name in _TIMED}
 
-    def timed(name, fn):
+    def timed(fn):
         def wrapper(*args, **kwargs):
             with comm.recording() as log:
-                t0 = time.perf_counter()
+                w0, c0 = _clocks()
                 out = fn(*args, **kwargs)
-                seconds = time.perf_counter() - t0
+                w1, c1 = _clocks()
             rec = log.records[-1]
-            calls.append({"op": rec.op, "bytes": rec.bytes, "group_size": rec.group_size, "seconds": seconds,
-                          "phase": phase.get("name", ""), "async": bool(kwargs.get("async_op", False))})
+            calls.append({"op": rec.op, "bytes": rec.bytes, "group_size": rec.group_size,
+                          "phase": phase.get("name", ""), "async": bool(kwargs.get("async_op", False)),
+                          "seconds": w1 - w0, "cpu_seconds": c1 - c0})
             return out
         return wrapper
 
     try:
         for name, fn in originals.items():
-            setattr(comm, name, timed(name, fn))
+            setattr(comm, name, timed(fn))
         yield calls
     finally:
         for name, fn in originals.items():
@@ -187,25 +204,38 @@ def _build(spec: StepSpec, cfg):
 
 
 def _one_step(model, opt, batches, phase: dict) -> dict:
-    """One optimizer step (``len(batches)`` micro-steps); seconds per phase, summed over micro-steps."""
-    out = dict.fromkeys(("forward", "backward", "optimizer"), 0.0)
-    t_step = time.perf_counter()
+    """One optimizer step (``len(batches)`` micro-steps): {"wall": {...}, "cpu": {...}}, each with the
+    seconds of the step and of its phases (forward, backward, optimizer) summed over micro-steps."""
+    out = {clock: dict.fromkeys(("forward", "backward", "optimizer"), 0.0) for clock in ("wall", "cpu")}
+    start = _clocks()
     for idx, targets in batches:
+        t = [_clocks()]
         phase["name"] = "forward"
-        t0 = time.perf_counter()
         _, loss = model(idx, targets)
-        t1 = time.perf_counter()
+        t.append(_clocks())
         phase["name"] = "backward"
         opt.backward(loss)
-        t2 = time.perf_counter()
+        t.append(_clocks())
         phase["name"] = "optimizer"
         opt.step()
-        t3 = time.perf_counter()
-        out["forward"] += t1 - t0
-        out["backward"] += t2 - t1
-        out["optimizer"] += t3 - t2
-    out["step"] = time.perf_counter() - t_step
+        t.append(_clocks())
+        for k, name in enumerate(("forward", "backward", "optimizer")):
+            for c, clock in enumerate(("wall", "cpu")):
+                out[clock][name] += t[k + 1][c] - t[k][c]
+    end = _clocks()
+    for c, clock in enumerate(("wall", "cpu")):
+        out[clock]["step"] = end[c] - start[c]
     return out
+
+
+def _view(row: dict, clock: str) -> dict:
+    """One step's numbers on one clock: step, phases, collective seconds by phase, the calls."""
+    key = "seconds" if clock == "wall" else "cpu_seconds"
+    calls = [{**{k: v for k, v in c.items() if k not in ("seconds", "cpu_seconds")}, "seconds": c[key]}
+             for c in row["calls"]]
+    comm_by_phase = {p: sum(c["seconds"] for c in calls if c["phase"] == p and not c["async"])
+                     for p in ("forward", "backward", "optimizer")}
+    return {**row[clock], "comm": comm_by_phase, "collectives": calls}
 
 
 def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, sweep_trials, seed):
@@ -235,13 +265,11 @@ def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, sweep_t
     out = {}
     for name, spec in specs.items():
         rs = rows[name]
-        med = {k: statistics.median(row[k] for row in rs) for k in ("step", "forward", "backward", "optimizer")}
-        comm_by_phase = {p: statistics.median(sum(c["seconds"] for c in row["calls"] if c["phase"] == p and not c["async"])
-                                              for row in rs) for p in ("forward", "backward", "optimizer")}
-        calls = [dict(c, seconds=statistics.median(row["calls"][i]["seconds"] for row in rs))
-                 for i, c in enumerate(rs[0]["calls"])]
-        out[name] = {**asdict(spec), "world_size": world, "seq_len": cfg.seq_len, "steps": len(rs), **med,
-                     "comm": comm_by_phase, "collectives": calls}
+        fastest = min(rs, key=lambda row: row["wall"]["step"])
+        median = sorted(rs, key=lambda row: row["cpu"]["step"])[len(rs) // 2]
+        out[name] = {**asdict(spec), "world_size": world, "seq_len": cfg.seq_len, "steps": len(rs),
+                     "wall": _view(fastest, "wall"), "cpu": _view(median, "cpu"),
+                     "wall_median": statistics.median(row["wall"]["step"] for row in rs)}
     return {"machine": machine, "sweep": sweep, "steps": out}
 
 
@@ -253,7 +281,7 @@ def measure(specs: dict, world_size: int, *, model: dict | None = None, steps: i
             sweep_sizes=SWEEP_BYTES, sweep_trials: int = 15, seed: int = 0, timeout: float = 300.0) -> dict:
     """Run ``specs`` ({name: StepSpec}) on ``world_size`` gloo ranks (one thread each) and return
     {"model": GPTConfig fields, "machine": {...}, "sweep": [...], "steps": {name: {...}}} (see the
-    module docstring): each number the mean over ranks of the rank's median (sweep: fastest).
+    module docstring): each number the mean over ranks of the rank's fastest step (sweep: fastest call).
     ``sweep_sizes`` empty skips the sweep; ``model`` overrides GPTConfig fields of ``COURSE_GPT``."""
     if not isinstance(specs, dict) or not all(isinstance(s, StepSpec) for s in specs.values()):
         raise TypeError("specs must be a dict {name: StepSpec}")
@@ -269,12 +297,15 @@ def measure(specs: dict, world_size: int, *, model: dict | None = None, steps: i
     steps_out = {}
     for name, row in ranks[0]["steps"].items():
         per = [r["steps"][name] for r in ranks]
-        merged = dict(row)
-        for k in ("step", "forward", "backward", "optimizer"):
-            merged[k] = _mean([p[k] for p in per])
-        merged["comm"] = {p: _mean([q["comm"][p] for q in per]) for p in row["comm"]}
-        merged["collectives"] = [dict(c, seconds=_mean([q["collectives"][i]["seconds"] for q in per]))
-                                 for i, c in enumerate(row["collectives"])]
+        merged = {**row, "wall_median": _mean([p["wall_median"] for p in per])}
+        for clock in ("wall", "cpu"):
+            view = dict(row[clock])
+            for k in ("step", "forward", "backward", "optimizer"):
+                view[k] = _mean([p[clock][k] for p in per])
+            view["comm"] = {ph: _mean([p[clock]["comm"][ph] for p in per]) for ph in view["comm"]}
+            view["collectives"] = [dict(c, seconds=_mean([p[clock]["collectives"][i]["seconds"] for p in per]))
+                                   for i, c in enumerate(view["collectives"])]
+            merged[clock] = view
         steps_out[name] = merged
     return {"model": model, "machine": machine, "sweep": sweep, "steps": steps_out}
 
@@ -282,7 +313,7 @@ def measure(specs: dict, world_size: int, *, model: dict | None = None, steps: i
 # ---------------------------------------------------------------- torch.profiler traces
 
 
-def _trace_rank(rank, world, spec, model, warmup, out_dir, seed):
+def _trace_rank(rank, world, spec, model, steps, warmup, out_dir, seed):
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from zero_ref.models import GPTConfig, make_batch
@@ -293,51 +324,66 @@ def _trace_rank(rank, world, spec, model, warmup, out_dir, seed):
     phase: dict = {}
     for _ in range(warmup):
         _one_step(model_, opt, batches, phase)
-    dist.barrier()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        with record_function("step"):
-            for idx, targets in batches:
-                with record_function("forward"):
-                    _, loss = model_(idx, targets)
-                with record_function("backward"):
-                    opt.backward(loss)
-                with record_function("optimizer"):
-                    opt.step()
+        for _ in range(steps):
+            dist.barrier()
+            with record_function("step"):
+                for idx, targets in batches:
+                    with record_function("forward"):
+                        _, loss = model_(idx, targets)
+                    with record_function("backward"):
+                        opt.backward(loss)
+                    with record_function("optimizer"):
+                        opt.step()
     path = os.path.join(out_dir, f"zero_ref_rank{rank}.json")
     prof.export_chrome_trace(path)
     return path
 
 
-def profile_trace(spec: StepSpec, world_size: int, out_dir, *, model: dict | None = None, warmup: int = 2,
-                  seed: int = 0, timeout: float = 300.0) -> list[str]:
-    """One step of ``spec`` under ``torch.profiler`` on every rank (after ``warmup`` steps), its
-    phases annotated 'step', 'forward', 'backward', 'optimizer'. Writes ``out_dir``/zero_ref_rank{r}.json
-    (Chrome traces: open in ui.perfetto.dev) and returns their paths in rank order."""
+def profile_trace(spec: StepSpec, world_size: int, out_dir, *, model: dict | None = None, steps: int = 3,
+                  warmup: int = 2, seed: int = 0, timeout: float = 300.0) -> list[str]:
+    """``steps`` steps of ``spec`` under ``torch.profiler`` on every rank (after ``warmup`` steps), each
+    annotated 'step' and its phases 'forward', 'backward', 'optimizer'. Writes
+    ``out_dir``/zero_ref_rank{r}.json (Chrome traces: open them in ui.perfetto.dev) and returns
+    their paths in rank order."""
     if not isinstance(spec, StepSpec):
         raise TypeError(f"spec must be a StepSpec, got {type(spec).__name__}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
     os.makedirs(out_dir, exist_ok=True)
-    return launch(_trace_rank, world_size, asdict(spec), {**COURSE_GPT, **(model or {})}, warmup, str(out_dir), seed,
-                  timeout=timeout, echo=False)
+    return launch(_trace_rank, world_size, asdict(spec), {**COURSE_GPT, **(model or {})}, steps, warmup,
+                  str(out_dir), seed, timeout=timeout, echo=False)
 
 
 PHASES = ("forward", "backward", "optimizer")
 
 
-def trace_spans(trace) -> list[dict]:
-    """The phases and collectives of a torch.profiler Chrome trace (a path or the loaded dict):
-    [{"name", "track", "start", "end"}] in seconds from the first 'step' annotation. Tracks:
-    'compute' for the phase annotations, 'comm' for gloo's collective work (``gloo:*``, run on
-    gloo's own threads), 'comm call' for the c10d op on the calling thread."""
+def trace_spans(trace, step="median") -> list[dict]:
+    """The phases and collectives of one step of a torch.profiler Chrome trace (a path or the loaded
+    dict): [{"name", "track", "start", "end"}] in seconds from that step's 'step' annotation.
+    ``step``: the index of the step, or 'median' (the step of median duration: profiling adds
+    overhead and load adds noise, so one step alone says little). Tracks: 'compute' for the phase
+    annotations, 'comm' for gloo's collective work (``gloo:*``, run on gloo's own threads),
+    'comm call' for the c10d op on the calling thread."""
     if not isinstance(trace, dict):
         with open(trace) as f:
             trace = json.load(f)
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    steps = [e for e in events if e["name"] == "step" and e.get("cat") == "user_annotation"]
+    steps = sorted((e for e in events if e["name"] == "step" and e.get("cat") == "user_annotation"),
+                   key=lambda e: e["ts"])
     if not steps:
         raise ValueError("no 'step' annotation in the trace: record it with zero_ref.profile.profile_trace")
-    t0 = min(e["ts"] for e in steps)
+    if step == "median":
+        chosen = sorted(steps, key=lambda e: e["dur"])[len(steps) // 2]
+    elif isinstance(step, int) and -len(steps) <= step < len(steps):
+        chosen = steps[step]
+    else:
+        raise ValueError(f"step must be 'median' or an index below {len(steps)}, got {step!r}")
+    t0, t1 = chosen["ts"], chosen["ts"] + chosen["dur"]
     spans = []
     for e in events:
+        if not t0 <= e["ts"] < t1:
+            continue
         name = e["name"]
         if e.get("cat") == "user_annotation" and name in PHASES + ("step",):
             track = "step" if name == "step" else "compute"
