@@ -19,8 +19,9 @@ from tests.zero_cases import ADAM, build_model, micro_batch
 STEPS, GAS, WORLD = 3, 2, 2
 
 
-def ds_config(stage: int) -> dict:
+def ds_config(stage: int, bf16: bool = False) -> dict:
     return {
+        "bf16": {"enabled": bf16},
         "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": GAS,
         "gradient_clipping": 0.05,  # explicit: DeepSpeed 0.19.8's default is 1.0, not off
         "optimizer": {"type": "AdamW", "params": {"lr": ADAM.lr, "weight_decay": ADAM.weight_decay, "eps": ADAM.eps,
@@ -32,7 +33,7 @@ def ds_config(stage: int) -> dict:
     }
 
 
-def train(rank, world, which: str, stage: int) -> dict:
+def train(rank, world, which: str, stage: int, bf16: bool = False) -> dict:
     """One engine, one stage: losses per micro-step, lr per step, counters and the final weights."""
     os.environ["DS_ACCELERATOR"] = "cpu"
     if which == "deepspeed":
@@ -41,7 +42,7 @@ def train(rank, world, which: str, stage: int) -> dict:
         import zero_ref.engine as ds
     model = build_model()
     engine, optimizer, _, scheduler = ds.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config(stage))
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config(stage, bf16))
     losses, lrs, bounds = [], [], []
     for step in range(STEPS):
         for micro in range(GAS):
@@ -66,8 +67,11 @@ def train(rank, world, which: str, stage: int) -> dict:
 
 
 def both_engines(rank, world):
-    return {(which, stage): train(rank, world, which, stage) for stage in (0, 1, 2, 3)
+    runs = {(which, stage): train(rank, world, which, stage) for stage in (0, 1, 2, 3)
             for which in ("zero_ref", "deepspeed")}
+    runs.update({(which, stage, "bf16"): train(rank, world, which, stage, bf16=True) for stage in (0, 2)
+                 for which in ("zero_ref", "deepspeed")})
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +95,20 @@ def test_same_config_same_numbers(runs, stage):
         for name, w in theirs["weights"].items():
             err = (ours["weights"][name] - w).abs().max().item()
             assert err <= 1e-6 * max(1.0, w.abs().max().item()), (stage, name, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 2])
+def test_same_config_same_numbers_in_bf16(runs, stage):
+    """bf16 with fp32 master weights: the same to bf16's resolution (one unit in the last place, 2**-7
+    relative, was the largest difference seen; different summation orders round differently)."""
+    for res in runs:
+        ours, theirs = res[("zero_ref", stage, "bf16")], res[("deepspeed", stage, "bf16")]
+        assert ours["losses"] == pytest.approx(theirs["losses"], rel=2 ** -6)
+        for name, w in theirs["weights"].items():
+            assert ours["weights"][name].dtype == w.dtype == torch.bfloat16
+            err = (ours["weights"][name].float() - w.float()).abs().max().item()
+            assert err <= 2 ** -6 * max(1.0, w.float().abs().max().item()), (stage, name, err)
 
 
 # ------------------------------------------------------------------ one rank, in this process
@@ -215,3 +233,25 @@ def test_schedules_equal_deepspeeds(name, params):
         assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), rel=1e-12, abs=1e-18)
         ours.step()
         theirs.step()
+
+
+def test_dataloader_offload_and_progress(one_rank, capsys):
+    """training_data= gives DeepSpeed's loader (micro-batches, this rank's share); the config's offload
+    and logging keys reach the stage and the engine."""
+    from torch.utils.data import TensorDataset
+    from zero_ref.engine import initialize
+    from tests.zero_cases import CFG
+    from zero_ref.models import make_batch
+    idx, targets = make_batch(CFG, 10, seed=0)
+    model = build_model()
+    config = {"train_micro_batch_size_per_gpu": 4, "dataloader_drop_last": True, "steps_per_print": 1,
+              "wall_clock_breakdown": True, "memory_breakdown": True, "optimizer": {"type": "AdamW"},
+              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    engine, optimizer, loader, _ = initialize(model=model, config=config, training_data=TensorDataset(idx, targets))
+    assert optimizer.offload is not None and len(loader) == 2  # 10 samples, micro 4, last 2 dropped
+    for batch_idx, batch_targets in loader:
+        assert batch_idx.shape[0] == 4
+        engine.backward(engine(batch_idx, batch_targets)[1])
+        engine.step()
+    out = capsys.readouterr().out
+    assert "[zero_ref] step=2, skipped=0" in out and "forward:" in out and "bytes held (rank 0) | params:" in out
