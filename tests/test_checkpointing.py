@@ -226,6 +226,21 @@ def test_clear_errors():
         ck.checkpoint_layers(tiny()[0].blocks, 4)
 
 
+def test_config_section_problems_name_their_key():
+    from zero_ref.config import ConfigError, parse
+    for section, key in [({"contiguous_memory_optimization": True}, "contiguous_memory_optimization"),
+                         ({"partition_activations": True, "contiguous_memory_optimization": True},
+                          "number_checkpoints")]:
+        cfg = parse({"train_batch_size": 1, "activation_checkpointing": section})
+        with pytest.raises(ConfigError, match=f"activation_checkpointing.{key}") as e:
+            ck.configure_from_config(cfg)
+        assert e.value.key == f"activation_checkpointing.{key}"
+    assert ck.configure_from_config(parse({"train_batch_size": 1, "activation_checkpointing": {}})) == []
+    notes = ck.configure_from_config(parse({"train_batch_size": 1, "activation_checkpointing": {
+        "cpu_checkpointing": True, "profile": True}}))
+    assert notes == [] and ck.settings()["checkpoint_in_cpu"] and ck.settings()["profile"]
+
+
 # ---------------------------------------------------------------- two real tp ranks (gloo), and DeepSpeed
 
 

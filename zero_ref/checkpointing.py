@@ -32,6 +32,7 @@ script or by ``zero_ref.initialize`` when the config has an ``activation_checkpo
 """
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -96,7 +97,8 @@ def configure(mpu_=None, deepspeed_config=None, partition_activations=None, cont
     from zero_ref.config import Config, parse
     s = _Settings(group=_tp_group(mpu_) if mpu_ is not None else _settings.group, configured=True)
     if deepspeed_config is not None:
-        ac = (deepspeed_config if isinstance(deepspeed_config, Config) else parse(deepspeed_config)).activation_checkpointing
+        cfg = deepspeed_config if isinstance(deepspeed_config, Config) else parse(deepspeed_config)
+        ac = cfg.activation_checkpointing
         s.partition, s.contiguous, s.num_checkpoints = (ac.partition_activations, ac.contiguous_memory_optimization,
                                                         ac.number_checkpoints)
         s.cpu, s.synchronize, s.profile = ac.cpu_checkpointing, ac.synchronize_checkpoint_boundary, ac.profile
@@ -109,8 +111,9 @@ def configure(mpu_=None, deepspeed_config=None, partition_activations=None, cont
                                           or s.num_checkpoints < 1):
         raise ValueError(f"configure: num_checkpoints must be a positive integer, got {s.num_checkpoints!r}")
     if s.partition and s.group is None:
-        raise ValueError("configure: partition_activations=True needs the tensor-parallel group to split over; pass "
-                         "mpu_ (zero_ref's ParallelGroups, a process group, or an object with get_model_parallel_group())")
+        raise ValueError("configure: partition_activations=True needs the tensor-parallel group to split over; "
+                         "pass mpu_ (zero_ref's ParallelGroups, a process group, or an object with "
+                         "get_model_parallel_group())")
     if s.contiguous and not s.partition:
         raise ValueError("configure: contiguous_checkpointing (contiguous_memory_optimization) works only with "
                          "partition_activations=True, as in DeepSpeed")
@@ -124,16 +127,22 @@ def configure(mpu_=None, deepspeed_config=None, partition_activations=None, cont
 def configure_from_config(cfg, mpu_=None) -> list[str]:
     """``zero_ref.initialize``'s hook: configure from a parsed config's ``activation_checkpointing``
     section if it sets anything (a section of defaults changes nothing). Returns notes to print."""
-    ac = cfg.activation_checkpointing
+    from zero_ref.config import ConfigError
+    ac, key = cfg.activation_checkpointing, "activation_checkpointing"
     if ac == type(ac)():
         return []
-    notes = []
-    partition = ac.partition_activations
+    if ac.contiguous_memory_optimization and not ac.partition_activations:
+        raise ConfigError(f"{key}.contiguous_memory_optimization", f"{key}.contiguous_memory_optimization needs "
+                          "partition_activations: true (it stores the partitions; DeepSpeed asserts the same)")
+    if ac.contiguous_memory_optimization and ac.number_checkpoints is None:
+        raise ConfigError(f"{key}.number_checkpoints", f"{key}.number_checkpoints: missing; "
+                          "contiguous_memory_optimization needs it (checkpoints per forward) to size its buffer")
+    notes, partition = [], ac.partition_activations
     if partition and mpu_ is None and _settings.group is None:
         partition = False
-        notes.append("activation_checkpointing.partition_activations: no tensor-parallel group is known, so there "
-                     "is nothing to split over; call zero_ref.checkpointing.configure(mpu, deepspeed_config=...) "
-                     "with your groups")
+        notes.append(f"{key}.partition_activations (and contiguous_memory_optimization) not applied: no "
+                     "tensor-parallel group is known, so there is nothing to split over; call "
+                     "zero_ref.checkpointing.configure(mpu, deepspeed_config=...) with your groups")
     configure(mpu_, deepspeed_config=cfg, partition_activations=partition,
               contiguous_checkpointing=ac.contiguous_memory_optimization and partition)
     return notes
@@ -233,7 +242,7 @@ class CheckpointFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, run_function, n_out, *args):
-        ctx.run_function, ctx.n_out = run_function, n_out
+        ctx.run_function = run_function
         ctx.tensor_at = [i for i, a in enumerate(args) if torch.is_tensor(a)]
         ctx.args = [None if torch.is_tensor(a) else a for a in args]
         ctx.needs_grad = [args[i].requires_grad for i in ctx.tensor_at]
@@ -248,7 +257,8 @@ class CheckpointFunction(torch.autograd.Function):
         outs = _outputs(out)
         n_out.append(len(outs) if isinstance(out, (tuple, list)) else 0)
         kept = [_stash(k, args[i]) for k, i in enumerate(ctx.tensor_at)]
-        ctx.like = [(args[i].shape, args[i].dtype, args[i].device, sliced) for i, (_, sliced) in zip(ctx.tensor_at, kept)]
+        ctx.like = [(args[i].shape, args[i].dtype, args[i].device, sliced)
+                    for i, (_, sliced) in zip(ctx.tensor_at, kept)]
         ctx.save_for_backward(*(k for k, _ in kept))
         ctx.mark_non_differentiable(*(o for o in outs if not o.is_floating_point()))
         return outs
@@ -318,14 +328,6 @@ def checkpoint_layers(layers, count: int | None = None) -> int:
     for i, layer in enumerate(layers):
         layer.__dict__.pop("forward", None)            # back to the class's forward
         if i < count:
-            layer.forward = _Checkpointed(layer.forward)
+            layer.forward = functools.partial(checkpoint, layer.forward)
     return count
-
-
-class _Checkpointed:
-    def __init__(self, forward):
-        self.forward = forward
-
-    def __call__(self, *args, **kwargs):
-        return checkpoint(self.forward, *args, **kwargs)
 
