@@ -21,7 +21,8 @@ and says how to fix it. zero_ref is stricter than DeepSpeed, on purpose:
   and impossible combinations (fp16 + bf16, offload at stage 0, NVMe without a path, ...) are errors.
 
 The keys themselves — types, defaults, ranges, meaning — are declared once, in
-``zero_ref.config_schema``; this module reads a config against them.
+``zero_ref.config_schema`` (which also prints them as a table); the rules that involve several
+keys, and the batch arithmetic, are ``zero_ref.config_rules``; this module reads a config.
 """
 from __future__ import annotations
 
@@ -31,13 +32,13 @@ import difflib
 import json
 import math
 import os
-import sys
 from dataclasses import fields, replace
 
-from zero_ref.batch import KEYS as BATCH_KEYS, BatchConfig, resolve_batch_sizes
+from zero_ref.batch import KEYS as BATCH_KEYS, BatchConfig
+from zero_ref.config_rules import ConfigRules
 from zero_ref.config_schema import (ADAM_TYPES, DEEPSPEED_OPTIMIZERS, SCHEDULER_PARAMS, AioConfig, Config,
                                     OffloadOptimizerConfig, OffloadParamConfig, OptimizerConfig, SchedulerConfig,
-                                    ZeroConfig, section_types)
+                                    defaults_table, format_defaults, kind_of as _kind, section_types, show as _show)
 
 __all__ = ["ConfigError", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
            "defaults_table", "format_defaults", "model_state_placement"]
@@ -49,10 +50,6 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(message)
-
-
-def _show(v) -> str:
-    return json.dumps(v) if isinstance(v, (bool, type(None))) else repr(v)
 
 
 # ---------------------------------------------------------------- public entry points
@@ -147,14 +144,9 @@ def offload_sections(stage: int, offload_optimizer=None, offload_param=None, aio
 
 # ---------------------------------------------------------------- reading
 
-def _kind(f) -> tuple[str, bool]:
-    """(base kind, optional) from a field's annotation string, e.g. 'int | None' -> ('int', True)."""
-    parts = [p.strip() for p in str(f.type).split("|")]
-    return parts[0], "None" in parts
-
-
-class _Reader:
-    """Reads sections against the schema, collecting errors (so ``problems`` can report them all)."""
+class _Reader(ConfigRules):
+    """Reads sections against the schema, collecting errors (so ``problems`` can report them all);
+    the rules across keys and the batch arithmetic are ``ConfigRules``'."""
 
     def __init__(self):
         self.errors: list[ConfigError] = []
@@ -365,121 +357,6 @@ class _Reader:
                               "(DeepSpeed too): set pin_memory in offload_optimizer / offload_param")
         return zero
 
-    def cross_rules(self, cfg: Config, raw: dict) -> None:
-        """Rules that involve more than one key."""
-        zero = cfg.zero_optimization
-        if cfg.fp16.enabled and cfg.bf16.enabled:
-            self.error("fp16.enabled", "and bf16.enabled are both true; enable at most one of them (bf16 needs no "
-                                       "loss scaling; fp16 uses the loss-scale keys)")
-        self.offload_rules(zero.stage, zero.offload_optimizer or OffloadOptimizerConfig(),
-                           zero.offload_param or OffloadParamConfig(), cfg.aio)
-        trained = "fp16" if cfg.fp16.enabled else "bf16" if cfg.bf16.enabled else "fp32"
-        if cfg.communication_data_type not in (None, trained):
-            self.error("communication_data_type", f"={cfg.communication_data_type!r} differs from the training "
-                                                  f"precision ({trained}); zero_ref reduces gradients in the "
-                                                  f"training dtype: remove the key or set {trained!r}")
-        if "pipeline" in raw and zero.stage >= 2:
-            self.error("zero_optimization.stage", f"={zero.stage} with a 'pipeline' section: DeepSpeed's "
-                                                  "PipelineEngine refuses ZeRO-2 and ZeRO-3 with pipeline "
-                                                  "parallelism; use stage 0 or 1")
-        given = raw.get("zero_optimization", {})
-        if zero.stage != 3:
-            for k in sorted(k for k in given if k.startswith("stage3_")):
-                self.notes.append(f"zero_optimization.{k} has no effect at stage {zero.stage} (stage 3 only)")
-        sch = cfg.scheduler
-        if sch is not None and getattr(sch.params, "total_num_steps", None) is not None:
-            if sch.params.total_num_steps < sch.params.warmup_num_steps:
-                self.notes.append(f"scheduler.params.total_num_steps {sch.params.total_num_steps} < warmup_num_steps "
-                                  f"{sch.params.warmup_num_steps}: the schedule never leaves its warm-up")
-        self.batch_shape(cfg)
-
-    def offload_rules(self, stage: int, opt, par, io) -> None:
-        where = "zero_optimization.offload_optimizer"
-        if opt.device != "none":
-            if stage == 0:
-                self.error(f"{where}.device", f"={opt.device!r} needs zero_optimization.stage 1, 2 or 3: ZeRO-Offload "
-                                              "moves the rank's *partition* of the optimizer to the host, and stage 0 "
-                                              "does not partition; got stage 0")
-            elif opt.device == "nvme" and stage != 3:
-                self.error(f"{where}.device", f"='nvme' (ZeRO-Infinity) needs zero_optimization.stage 3, got {stage}")
-            if opt.device == "nvme" and not opt.nvme_path:
-                self.error(f"{where}.nvme_path", "must be set when device is 'nvme': the folder (on the NVMe drive) "
-                                                 "that holds the swap files")
-            if opt.ratio < 1.0:
-                self.error(f"{where}.ratio", f"={opt.ratio} (partial offload; DeepSpeed: stage 3 only) is not "
-                                             "implemented in zero_ref: use 1.0")
-            if opt.super_offload:
-                self.error(f"{where}.super_offload", "=true is not supported by zero_ref; remove it")
-        if par.device != "none":
-            key = "zero_optimization.offload_param"
-            if stage != 3:
-                self.error(f"{key}.device", f"={par.device!r} needs zero_optimization.stage 3: only ZeRO-3 partitions "
-                                            f"the parameters; got stage {stage}")
-            elif par.device == "nvme" and opt.device != "nvme":
-                self.error(f"{key}.device", "='nvme' needs offload_optimizer.device='nvme' too in zero_ref (one "
-                                            "versioned store commits parameters and optimizer states together)")
-            elif par.device == "nvme" and opt.nvme_path and \
-                    os.path.abspath(par.nvme_path) != os.path.abspath(opt.nvme_path):
-                self.error(f"{key}.nvme_path", "differs from offload_optimizer.nvme_path; zero_ref keeps one store "
-                                               "per rank: use the same path")
-
-    # -------------------------------------------------------- batch arithmetic
-    def batch_shape(self, cfg: Config) -> None:
-        """What can be said about the batch keys without knowing the data-parallel size."""
-        tbs, mbs, gas = cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps
-        if tbs is None and mbs is None:
-            self.error("train_batch_size", "is missing: set train_batch_size or train_micro_batch_size_per_gpu "
-                                           "(gradient_accumulation_steps alone cannot determine the batch)")
-        elif tbs is not None and mbs is not None and tbs % (mbs * (gas or 1)):
-            self.error("train_batch_size", f"{tbs} is not a multiple of train_micro_batch_size_per_gpu {mbs}"
-                                           + (f" × gradient_accumulation_steps {gas}" if gas else "")
-                                           + f": no number of ranks satisfies train_batch_size = micro × "
-                                             f"accumulation × data-parallel size; fix one of the keys")
-        elif tbs is not None and gas is not None and tbs % gas:
-            self.error("train_batch_size", f"{tbs} is not a multiple of gradient_accumulation_steps {gas}: no number "
-                                           "of ranks satisfies train_batch_size = micro × accumulation × dp")
-
-    def batch(self, cfg: Config, dp: int) -> BatchConfig | None:
-        """DeepSpeed's arithmetic (zero_ref.batch) on ``dp`` ranks, with a message that names the fix."""
-        if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
-            self.error("dp", f"(the data-parallel size) must be a positive integer, got {_show(dp)}")
-            return None
-        tbs, mbs, gas = cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps
-        try:
-            return resolve_batch_sizes(tbs, mbs, gas, dp=dp)
-        except ValueError:
-            pass
-        got = (tbs, mbs, gas)
-        rtbs = tbs if tbs is not None else (mbs or 0) * (gas or 1) * dp
-        rgas = gas if gas is not None else (rtbs // (mbs or 1) // dp if mbs else 1)
-        rmbs = mbs if mbs is not None else rtbs // dp // rgas
-        for key, given, value in zip(BATCH_KEYS, got, (rtbs, rmbs, rgas)):
-            if given is None and value <= 0:
-                per = rgas * dp if key == BATCH_KEYS[1] else (mbs or 1) * dp
-                self.error(key, f"resolves to {value} on {dp} data-parallel ranks: train_batch_size {tbs} is smaller "
-                                f"than {per} (= {'gradient_accumulation_steps' if key == BATCH_KEYS[1] else 'micro'} "
-                                f"× data-parallel size); raise train_batch_size to a multiple of {per} or use fewer "
-                                "ranks")
-                return None
-        per_rank = rtbs // dp if rtbs % dp == 0 else None
-        good = [d for d in range(1, 1025) if _fits(tbs, mbs, gas, d)][:8]
-        self.error("train_batch_size", f"{rtbs} != train_micro_batch_size_per_gpu {rmbs} × gradient_accumulation_"
-                                       f"steps {rgas} × data-parallel size {dp} (= {rmbs * rgas * dp})"
-                                       + ("" if per_rank else f": {rtbs} does not divide by {dp} ranks")
-                                       + f"; fix the batch keys, or run on "
-                                       + (f"{', '.join(map(str, good))} data-parallel ranks" if good else
-                                          "another number of ranks"))
-        return None
-
-
-def _fits(tbs, mbs, gas, dp) -> bool:
-    try:
-        resolve_batch_sizes(tbs, mbs, gas, dp=dp)
-        return True
-    except ValueError:
-        return False
-
-
 class _Bad:
     def __init__(self, want: str):
         self.want = want
@@ -540,59 +417,3 @@ def model_state_placement(cfg: Config, num_params: int) -> dict:
 
 
 # ---------------------------------------------------------------- the defaults, for chapter 9
-
-def defaults_table() -> list[dict]:
-    """One row per key zero_ref reads: dotted key, DeepSpeed 0.19.8's code default, the documented
-    default where the docs differ, what the key means, and what zero_ref does with it (``status``:
-    "used", "default only" — other values are refused — or "no effect" — accepted and noted)."""
-    rows = []
-
-    def walk(cls, path: str):
-        sections = section_types()
-        for f in fields(cls):
-            meta = f.metadata
-            if meta.get("internal") or not f.init:
-                continue
-            key = f"{path}.{f.name}" if path else f.name
-            kind = _kind(f)[0]
-            if meta.get("reader") == "optimizer":
-                walk(OptimizerConfig.params_type(), "optimizer.params")
-                continue
-            if meta.get("reader") == "scheduler":
-                for name, pcls in SCHEDULER_PARAMS.items():
-                    walk(pcls, f"scheduler.params[{name}]")
-                continue
-            if kind in sections:
-                walk(sections[kind], key)
-                continue
-            default = f.default if not callable(f.default_factory) else f.default_factory()
-            status = ("no effect: " + meta["noop"] if meta.get("noop") else
-                      f"only {' or '.join(_show(o) for o in meta['only'])}: {meta['why']}" if meta.get("only")
-                      is not None else meta.get("zero_ref", "used"))
-            kind = "no effect" if meta.get("noop") else "default only" if meta.get("only") is not None else "used"
-            rows.append({"key": key, "default": default, "docs": meta.get("docs"), "meaning": meta.get("doc", ""),
-                         "zero_ref": status, "status": kind})
-
-    walk(Config, "")
-    return rows
-
-
-def _fmt(v) -> str:
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 10**4:
-        if v == sys.maxsize:
-            return "sys.maxsize"
-        short = f"{v:.0e}".replace("e+0", "e").replace("e+", "e")
-        return short if float(short) == v else str(v)
-    return _show(v) if isinstance(v, (str, bool, type(None))) else str(v)
-
-
-def format_defaults(prefix: str = "", *, keys=None, disagreements_only: bool = False) -> str:
-    """``defaults_table()`` as aligned text: the keys that start with ``prefix`` (or exactly ``keys``)."""
-    rows = [r for r in defaults_table() if (r["key"] in keys if keys is not None else r["key"].startswith(prefix))
-            and (not disagreements_only or r["docs"] is not None)]
-    cells = [(r["key"], _fmt(r["default"]), _fmt(r["docs"]) if r["docs"] is not None else "", r["zero_ref"])
-             for r in rows]
-    w = [max(len(c[i]) for c in cells + [("key", "default", "docs say", "")]) for i in range(3)]
-    lines = [f"{'key':<{w[0]}}  {'default':>{w[1]}}  {'docs say':>{w[2]}}  zero_ref"]
-    lines += [f"{k:<{w[0]}}  {d:>{w[1]}}  {doc:>{w[2]}}  {z}" for k, d, doc, z in cells]
-    return "\n".join(lines)

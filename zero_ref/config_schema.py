@@ -9,12 +9,13 @@ differs from the code. A type ``path`` is a filesystem path, ``betas`` Adam's pa
 
 Class attributes: ``DEEPSPEED_ONLY`` — keys DeepSpeed has and zero_ref does not implement (an error
 unless they are off); ``REMOVED`` — keys DeepSpeed 0.19 itself rejects; ``HINTS`` — frequent wrong
-names, with the right one.
+names, with the right one. ``defaults_table()`` / ``format_defaults()`` list every key (chapter 9).
 """
 from __future__ import annotations
 
+import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 path = str  # annotation kinds (the annotations stay strings: from __future__ import annotations)
 betas = tuple
@@ -393,3 +394,73 @@ def section_types() -> dict[str, type]:
     """Annotation name -> section dataclass, for the reader."""
     return {c.__name__: c for c in (FP16Config, BF16Config, OffloadOptimizerConfig, OffloadParamConfig, AioConfig,
                                     ZeroConfig, ActivationCheckpointingConfig, CheckpointConfig)}
+
+
+# ---------------------------------------------------------------- the keys as a table (chapter 9)
+
+def kind_of(f) -> tuple[str, bool]:
+    """(base kind, optional) from a field's annotation string, e.g. 'int | None' -> ('int', True)."""
+    parts = [p.strip() for p in str(f.type).split("|")]
+    return parts[0], "None" in parts
+
+
+def show(v) -> str:
+    """A value as JSON writes it (true, null) where that differs from Python's repr."""
+    return json.dumps(v) if isinstance(v, (bool, type(None))) else repr(v)
+
+
+def defaults_table() -> list[dict]:
+    """One row per key zero_ref reads: dotted key, DeepSpeed 0.19.8's code default, the documented
+    default where the docs differ, what the key means, and what zero_ref does with it (``status``:
+    "used", "default only" — other values are refused — or "no effect" — accepted and noted)."""
+    rows = []
+
+    def walk(cls, path: str):
+        sections = section_types()
+        for f in fields(cls):
+            meta = f.metadata
+            if meta.get("internal") or not f.init:
+                continue
+            key = f"{path}.{f.name}" if path else f.name
+            kind = kind_of(f)[0]
+            if meta.get("reader") == "optimizer":
+                walk(OptimizerConfig.params_type(), "optimizer.params")
+                continue
+            if meta.get("reader") == "scheduler":
+                for name, pcls in SCHEDULER_PARAMS.items():
+                    walk(pcls, f"scheduler.params[{name}]")
+                continue
+            if kind in sections:
+                walk(sections[kind], key)
+                continue
+            default = f.default if not callable(f.default_factory) else f.default_factory()
+            status = ("no effect: " + meta["noop"] if meta.get("noop") else
+                      f"only {' or '.join(show(o) for o in meta['only'])}: {meta['why']}" if meta.get("only")
+                      is not None else meta.get("zero_ref", "used"))
+            kind = "no effect" if meta.get("noop") else "default only" if meta.get("only") is not None else "used"
+            rows.append({"key": key, "default": default, "docs": meta.get("docs"), "meaning": meta.get("doc", ""),
+                         "zero_ref": status, "status": kind})
+
+    walk(Config, "")
+    return rows
+
+
+def _fmt(v) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 10**4:
+        if v == sys.maxsize:
+            return "sys.maxsize"
+        short = f"{v:.0e}".replace("e+0", "e").replace("e+", "e")
+        return short if float(short) == v else str(v)
+    return show(v) if isinstance(v, (str, bool, type(None))) else str(v)
+
+
+def format_defaults(prefix: str = "", *, keys=None, disagreements_only: bool = False) -> str:
+    """``defaults_table()`` as aligned text: the keys that start with ``prefix`` (or exactly ``keys``)."""
+    rows = [r for r in defaults_table() if (r["key"] in keys if keys is not None else r["key"].startswith(prefix))
+            and (not disagreements_only or r["docs"] is not None)]
+    cells = [(r["key"], _fmt(r["default"]), _fmt(r["docs"]) if r["docs"] is not None else "", r["zero_ref"])
+             for r in rows]
+    w = [max(len(c[i]) for c in cells + [("key", "default", "docs say", "")]) for i in range(3)]
+    lines = [f"{'key':<{w[0]}}  {'default':>{w[1]}}  {'docs say':>{w[2]}}  zero_ref"]
+    lines += [f"{k:<{w[0]}}  {d:>{w[1]}}  {doc:>{w[2]}}  {z}" for k, d, doc, z in cells]
+    return "\n".join(lines)
