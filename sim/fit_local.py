@@ -125,15 +125,16 @@ def fit_alpha_beta(samples, ops=None) -> AlphaBeta:
 # ---------------------------------------------------------------- the machine, the model, the plan
 
 
-def host_cluster(machine: dict, world_size: int, link: AlphaBeta) -> Cluster:
+def host_cluster(machine: dict, world_size: int, link: AlphaBeta, *, share_cores: bool = True) -> Cluster:
     """``world_size`` CPU ranks on this host as a sim.Cluster: one node, a "GPU" per rank whose peak is
     the measured GEMM rate and whose memory bandwidth is the measured element-wise rate, NVLink = the
     loopback link. Measured with ``machine['world_size']`` ranks on ``machine['cores']`` cores; with
-    more ranks than cores each rank gets cores/ranks of a core, so both rates are scaled by that share."""
+    more ranks than cores each rank gets cores/ranks of a core in wall time, so with ``share_cores``
+    both rates are scaled by that share (not on the CPU-time clock, where a rank's work is its own)."""
     for key in ("gemm_flops", "memory_bw", "cores", "world_size"):
         if key not in machine:
             raise ValueError(f"machine needs {key!r} (from zero_ref.profile.measure); got {sorted(machine)}")
-    share = lambda w: min(1.0, machine["cores"] / w)
+    share = lambda w: min(1.0, machine["cores"] / w) if share_cores else 1.0
     scale = share(world_size) / share(machine["world_size"])
     ram = machine.get("memory_bytes", 8 * GiB)
     gpu = GPU("cpu-rank", machine["gemm_flops"] * scale, ram / world_size, machine["memory_bw"] * scale, bf16=False)
@@ -191,7 +192,7 @@ class LocalFit:
     basis: str = "cpu"
 
     def cluster(self, world_size: int) -> Cluster:
-        return host_cluster(self.machine, world_size, self.link)
+        return host_cluster(self.machine, world_size, self.link, share_cores=self.basis == "wall")
 
     def simulate(self, step: dict) -> SimResult:
         """The simulated step of a measured (or described) configuration: a dict with stage,
@@ -229,7 +230,7 @@ def fit_local(measured: dict, calibration: str, *, basis: str = "cpu", link_ops=
     model = gpt_model(measured["model"])
     plan = plan_for(step)
     totals = work_totals(model, plan)
-    cluster = host_cluster(machine, plan.world_size, link)
+    cluster = host_cluster(machine, plan.world_size, link, share_cores=basis == "wall")
     peak, mem_bw = cluster.gpu.peak_flops, cluster.gpu.hbm_bw
 
     compute = _phase(view, "forward") + _phase(view, "backward")

@@ -10,8 +10,9 @@ reduce-scatter + all-gather, Adam over every parameter).
 Step time is the CPU time a rank's process spends on the step (zero_ref.profile's 'cpu' clock): the
 step's work, which is what it takes on an unshared machine and barely moves with load (97–107 ms
 for ZeRO-1 at load 14 on 2 cores, where the wall clock read 550–780 ms). The wall-clock comparison
-is printed, not asserted: on a loaded machine it times the scheduler. Measured at load 13–15:
-errors +1 to +9 % (cpu), −18 to +12 % (wall); ZeRO-3, not asserted, −20 to −25 % (chapter 28 says why).
+is printed, not asserted: on a loaded machine it times the scheduler. Measured at load 13–16:
+ZeRO-2 −7 to −9 %, DP +7 to +14 % (cpu); −17 to +19 % (wall); ZeRO-3, not asserted, −20 to −26 %
+(chapter 28 says why; benchmarks/calibration.py prints them all).
 
 The alpha-beta model fitted on some message sizes must predict the others: a median error within
 35 % and none off by more than 3× (at load 10–14: median 10–22 %, worst 2.6×).

@@ -26,10 +26,11 @@ What each rank measures (all ranks at once, so they share the machine as they do
   the launch: its wait falls inside the phase that needs the result):
 
   ``cpu``   the CPU time the rank's process spends (every thread: gloo does a collective's copies
-            and sums on its own), from the step of median CPU time. It is the step's work: what the
-            step takes when the machine is not shared, and it barely moves with load (ZeRO-1 on the
-            course GPT: 97–107 ms per step at load 14 on 2 cores, where the wall clock read
-            550–780 ms).
+            and sums on its own), from the step of median CPU time. It is the step's work — about
+            what the step takes when the machine is not shared — and it barely moves with load
+            (ZeRO-1 on the course GPT: 97–107 ms per step at load 14 on 2 cores, where the wall
+            clock read 550–780 ms; benchmarks/README's lightly loaded wall clock for the same step
+            is 110.7 ms).
   ``wall``  wall-clock seconds of the *fastest* step (``wall_median``: the median), which on a
             shared machine measures the scheduler as much as the step.
 
