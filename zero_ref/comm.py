@@ -90,10 +90,16 @@ def recording():
         _logs.remove(log)
 
 
-def _record(op: str, tensor: torch.Tensor, group) -> None:
+_hooks: list = []  # callables (op, tensor, group) run before every call: zero_ref.diagnostics' watchdog
+
+
+def _record(op: str, tensor: torch.Tensor | None, group) -> None:
+    for hook in _hooks:
+        hook(op, tensor, group)
     if _logs:
-        rec = CommRecord(op, dist.get_world_size(group), tensor.numel(),
-                         tensor.numel() * tensor.element_size(), str(tensor.dtype).removeprefix("torch."))
+        numel, nbytes = (0, 0) if tensor is None else (tensor.numel(), tensor.numel() * tensor.element_size())
+        rec = CommRecord(op, dist.get_world_size(group), numel, nbytes,
+                         "" if tensor is None else str(tensor.dtype).removeprefix("torch."))
         for log in _logs:
             log.records.append(rec)
 
@@ -192,7 +198,5 @@ def irecv(tensor: torch.Tensor, src: int, group=None):
 
 def barrier(group=None) -> None:
     """Wait until every rank of the group arrives."""
-    if _logs:
-        for log in _logs:
-            log.records.append(CommRecord("barrier", dist.get_world_size(group), 0, 0, ""))
+    _record("barrier", None, group)
     dist.barrier(group=group)
