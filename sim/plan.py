@@ -128,6 +128,36 @@ class Plan:
             raise ValueError(f"unknown Plan field(s): {', '.join(sorted(unknown))}")
         return cls(**{**kw, **overrides})
 
+    def to_deepspeed(self, *, nvme_path: str = "/local_nvme", **extra) -> dict:
+        """This plan as a DeepSpeed config dict: the inverse of ``from_deepspeed``.
+
+        The config holds the batch keys (train_batch_size = micro-batch × accumulation steps × dp,
+        the accumulation steps being the pipeline's micro-batches), bf16/fp16, zero_optimization
+        and gradient_clipping. The rest of a plan is not in a DeepSpeed config: tp and pp belong to
+        the launcher and the model (Megatron's mpu, DeepSpeed's PipelineModule), recompute,
+        sequence_parallel, schedule and virtual to the model code. So
+        ``Plan.from_deepspeed(plan.to_deepspeed(), plan.world_size, plan.tp, plan.pp, recompute=...,
+        sequence_parallel=..., schedule=..., virtual=...) == plan``. NVMe offload writes ``nvme_path``;
+        ``extra`` adds top-level sections (an "optimizer", "steps_per_print", ...).
+        """
+        precision = ALIASES.get(self.precision, self.precision)
+        if precision not in ("bf16", "fp16", "fp32"):
+            raise ValueError(f"Plan.precision {self.precision!r} has no DeepSpeed config of its own "
+                             "(bf16.enabled, fp16.enabled or neither); use 'bf16', 'fp16' or 'fp32'")
+        zero = {"stage": self.zero_stage, "overlap_comm": self.overlap_comm,
+                "reduce_bucket_size": self.reduce_bucket_size, "allgather_bucket_size": self.allgather_bucket_size}
+        for key, device in (("offload_optimizer", self.offload_optimizer), ("offload_param", self.offload_param)):
+            if device != "none":
+                zero[key] = {"device": device, **({"nvme_path": nvme_path} if device == "nvme" else {})}
+        config = {"train_batch_size": self.global_batch, "train_micro_batch_size_per_gpu": self.micro_batch_size,
+                  "gradient_accumulation_steps": self.num_microbatches,
+                  **({precision: {"enabled": True}} if precision != "fp32" else {}),
+                  "zero_optimization": zero, "gradient_clipping": float(self.gradient_clipping)}
+        clash = sorted(set(extra) & (set(config) | {"bf16", "fp16"}))
+        if clash:
+            raise ValueError(f"to_deepspeed: {', '.join(clash)} come from the plan; change the Plan instead")
+        return {**config, **extra}
+
 
 def _section(config: dict, key: str) -> dict:
     value = config.get(key, {})
