@@ -11,7 +11,8 @@ ZeRO stage as it is; no wrapper is needed:
 
 GPT-2's ``lm_head.weight`` *is* ``transformer.wte.weight`` (one parameter held by two modules); the
 stages count it once, and under ZeRO-3 the first holder owns its unit and ``lm_head``'s hooks gather
-it. Buffers (LLaMA's rotary ``inv_freq``) are not partitioned. What this module adds is for the two
+it. A module called several times per pass (ALBERT's one shared layer) is gathered at each call.
+Buffers (LLaMA's rotary ``inv_freq``) are not partitioned. What this module adds is for the two
 places where transformers and DeepSpeed meet:
 
 - ``Init``: ``zero_init.Init`` for transformers models. transformers initializes weights in
