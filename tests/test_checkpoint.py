@@ -17,7 +17,7 @@ from zero_ref.models import make_batch
 from zero_ref.zero_to_fp32 import CheckpointError, Reader, get_fp32_state_dict_from_zero_checkpoint
 from zero_cases import ADAM, CFG
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # real multi-rank jobs
 GLOBAL_BATCH = 12  # divides by 1, 2, 3 and 4 ranks: every DP size trains on the same global batches
 K = 3              # steps before the checkpoint, and after it
 

@@ -7,7 +7,9 @@ Every start (the first, and each restart torchrun makes after a worker died) loa
 ``--checkpoint-dir`` if there is one, and trains on to ``--steps``, saving every ``--save-every`` steps.
 The data of step s is drawn from seed s, so a resumed run sees exactly the batches it would have seen.
 ``--kill-at-step K`` makes rank ``--kill-rank`` SIGKILL itself once, right after step K (before that
-step's checkpoint): torchrun's agent sees the dead worker, stops the others and starts them all again,
+step's checkpoint) or, with ``--kill-during-save``, half-way through writing its shard of checkpoint K
+(a node lost mid-save: the checkpoint is never committed, ``latest`` stays on the one before).
+torchrun's agent sees the dead worker, stops the others and starts them all again,
 and the new workers resume from the last checkpoint, recomputing the steps that were lost (the
 environment variable works around a torch 2.13 bug: see ``check_restartable``). A marker file
 records the kill so the restarted run does not kill itself again. At the end the final weights are saved
@@ -23,10 +25,13 @@ The checkpoint directory must be one both nodes see (a shared file system), as w
 import argparse
 import hashlib
 import os
+import re
 import signal
+import sys
 
 import torch
 
+from zero_ref import checkpoint
 from zero_ref.engine import initialize
 from zero_ref.models import GPT, GPTConfig, make_batch
 from zero_ref.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -65,7 +70,21 @@ def parse_args(argv=None):
     ap.add_argument("--global-batch", type=int, default=8)
     ap.add_argument("--kill-at-step", type=int, default=None, help="kill one rank once, right after this step")
     ap.add_argument("--kill-rank", type=int, default=1)
-    return ap.parse_args(argv)
+    ap.add_argument("--kill-during-save", action="store_true", help="die while writing checkpoint K instead")
+    args = ap.parse_args(argv)
+    if args.kill_during_save and (args.kill_at_step is None or args.kill_at_step % args.save_every):
+        ap.error("--kill-during-save needs a --kill-at-step that is a multiple of --save-every (a step that saves)")
+    return args
+
+
+def die_while_saving(attempt: int, rank: int) -> None:
+    """Fault injection: the next file this rank writes gets its first bytes, then the process is killed."""
+    def half_then_die(obj, path):
+        with open(path, "wb") as f:
+            f.write(b"PK\x03\x04" + bytes(60))  # the start of a zip archive, and no more
+        print(f"attempt {attempt}: rank {rank} is killed (SIGKILL) while writing {os.path.basename(path)}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    checkpoint._save_file = half_then_die
 
 
 def train(argv=None) -> str | None:
@@ -88,6 +107,10 @@ def train(argv=None) -> str | None:
         if rank == 0:
             print(f"attempt {attempt}: {msg}", flush=True)
 
+    if rank == 0 and os.path.isdir(args.checkpoint_dir):
+        for name in sorted(os.listdir(args.checkpoint_dir)):
+            if ".tmp-" in name:  # (the next save removes it)
+                say(f"found an unfinished save, {re.sub(r'-[0-9a-f]+$', '-<nonce>', name)}")
     path, client = engine.load_checkpoint(args.checkpoint_dir)
     say(f"{world} ranks, resumed from {os.path.basename(path)} at step {engine.global_steps}" if path else
         f"{world} ranks, no checkpoint: starting at step 0")
@@ -101,8 +124,11 @@ def train(argv=None) -> str | None:
         step = engine.global_steps
         if step == args.kill_at_step and rank == args.kill_rank and not os.path.exists(marker):
             open(marker, "w").close()
-            print(f"attempt {attempt}: rank {rank} kills itself (SIGKILL) after step {step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+            if args.kill_during_save:
+                die_while_saving(attempt, rank)
+            else:
+                print(f"attempt {attempt}: rank {rank} kills itself (SIGKILL) after step {step}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
         if step % args.save_every == 0 or step == args.steps:
             engine.save_checkpoint(args.checkpoint_dir, client_state={"loss": loss.item()})
             say(f"step {step}: saved {os.path.join(os.path.basename(args.checkpoint_dir), f'global_step{step}')}")
@@ -116,7 +142,13 @@ def train(argv=None) -> str | None:
 
 def main(argv=None):
     train(argv)
-    torch.distributed.destroy_process_group()
+    # torch 2.13's gloo sometimes aborts in its teardown (SIGABRT, "terminate called without an active
+    # exception") after all the work is done, and torchrun would count that as a failed worker: once every
+    # rank is past the last collective, leave without the teardown.
+    torch.distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
