@@ -23,6 +23,8 @@ def test_site_has_every_chapter_page_linked_and_rendered(tmp_path):
         assert ch.title_zh in page and "zl-side" in page  # title cell rendered, sidebar present
         if i + 1 < len(present):
             assert f'href="{site.page_name(present[i + 1])}"' in page  # "next" link
+    corrections = (tmp_path / "site" / "corrections.html").read_text()
+    assert "<table>" in corrections and "(p − 1)/(m + p − 1)" in corrections  # course/seed_corrections.md
     # Figures are embedded, so the site works from disk with no other files.
     memory = (tmp_path / "site" / "ch02_training_memory.html").read_text()
     assert re.search(r'<img[^>]+src="data:image/png;base64,', memory)
