@@ -119,3 +119,23 @@ def test_host_cluster_and_model():
     assert (plan.zero_stage, plan.dp, plan.micro_batch_size, plan.num_microbatches, plan.precision) == (2, 2, 4, 3, "fp32")
     with pytest.raises(ValueError, match="not among the measured steps"):
         fl.fit_local({"steps": {"zero1": {}}}, "zero3")
+
+
+def test_trace_spans_reads_the_median_step():
+    from zero_ref.torch_trace import trace_spans
+
+    def x(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "cat": cat}
+    ann = "user_annotation"
+    trace = {"traceEvents": [
+        x("step", 0, 100, ann), x("forward", 0, 40, ann), x("gloo:all_reduce", 50, 10),
+        x("step", 200, 300, ann), x("forward", 200, 100, ann), x("c10d::allreduce_", 350, 1), x("gloo:all_reduce", 351, 20),
+        x("step", 600, 200, ann), x("forward", 600, 90, ann), x("gloo:all_gather", 700, 30), x("aten::mm", 610, 5)]}
+    spans = trace_spans(trace)  # durations 100, 300, 200: the median is the third step
+    assert [(s["track"], s["name"]) for s in spans] == [("compute", "forward"), ("step", "step"), ("comm", "all_gather")]
+    assert spans[2]["start"] == pytest.approx(100e-6) and spans[2]["end"] == pytest.approx(130e-6)
+    assert [s["name"] for s in trace_spans(trace, step=1)] == ["forward", "step", "c10d::allreduce_", "all_reduce"]
+    with pytest.raises(ValueError, match="'step' annotation"):
+        trace_spans({"traceEvents": []})
+    with pytest.raises(ValueError, match="step must be"):
+        trace_spans(trace, step=5)
