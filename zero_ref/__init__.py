@@ -7,21 +7,28 @@ Everything that needs torch is loaded on first use.
 from importlib import import_module
 
 _MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim", "stages", "batch", "zero_init",
-            "offload", "nvme", "kernels")
-__all__ = ["launch", "LaunchError", "RankError", "RankTimeout", *_MODULES]
+            "offload", "nvme", "kernels", "config", "config_schema", "config_rules", "lr_schedules", "engine",
+            "checkpoint", "zero_to_fp32", "checkpointing", "rng", "topology", "parallel", "compression",
+            "diagnostics", "profile", "trial", "hf", "collective_algorithms")
+__all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed", "zero",
+           *_MODULES]
 
 _LAZY = {
     "launch": ("zero_ref.launcher", "launch"),
     "LaunchError": ("zero_ref.launcher", "LaunchError"),
     "RankError": ("zero_ref.launcher", "RankError"),
     "RankTimeout": ("zero_ref.launcher", "RankTimeout"),
+    # DeepSpeed's entry points, so a script runs with `import zero_ref as ds` or `import deepspeed as ds`.
+    "initialize": ("zero_ref.engine", "initialize"),
+    "init_distributed": ("zero_ref.engine", "init_distributed"),
+    "zero": ("zero_ref.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
 }
 
 
 def __getattr__(name):
     if name in _LAZY:
         module, attr = _LAZY[name]
-        return getattr(import_module(module), attr)
+        return import_module(module) if attr is None else getattr(import_module(module), attr)
     if name in _MODULES:
         return import_module(f"zero_ref.{name}")
     raise AttributeError(f"module 'zero_ref' has no attribute {name!r}")
