@@ -301,7 +301,7 @@ _PHASE = {"forward": "forward", "backward": "backward", "optimizer": "optimizer"
 
 def sim_spans(result: SimResult, stage: int = 0) -> list[dict]:
     """A simulated step as [{"name", "track", "start", "end"}] (seconds), in the form of
-    ``zero_ref.profile.trace_spans``: compute-stream work on the 'compute' track under its phase
+    ``zero_ref.torch_trace.trace_spans``: compute-stream work on the 'compute' track under its phase
     (forward, backward, optimizer), each collective on the 'comm' track under its op name."""
     g, out = result.graph, []
     for i in range(len(g)):
