@@ -2,13 +2,23 @@
 
 Validation rung 3 (sim_anchors §3.5): the simulator against published measurements.
 
-What is fitted. Two constants of ``sim.Costs``, on two rows (``CALIBRATION``: Korthikanti et
-al.'s Table 5, 22B and 175B with sequence parallelism + selective recomputation, 1.10 s and
-13.75 s):
+What is fitted. Four constants of ``sim.Costs``, on four rows (``CALIBRATION``: Korthikanti
+et al.'s Table 5, 22B and 175B with sequence parallelism + selective recomputation, 1.10 s and
+13.75 s; Narayanan et al.'s Table 2, ZeRO-3 175B on 768 GPUs, 88 TFLOP/s; Shoeybi et al.'s
+single-V100 baseline, 1.2B at 39 TFLOP/s):
 
     efficiency      share of the A100's 312 TFLOP/s the GEMMs reach
     bandwidth       share of a link's bandwidth a collective reaches (nvlink_efficiency and
                     ib_efficiency set to the same value)
+    zero3           share of that bandwidth ZeRO-3's data-parallel gathers and reduce-scatters
+                    reached (zero3_efficiency; only the ZeRO-3 row depends on it, see sim.cost)
+    v100            share of a V100's peak its GEMMs reach (efficiency_by_gpu; A100 rows cannot
+                    tell it: the fitted A100 share makes V100 runs 1.5× too fast). The row is one
+                    GPU without communication: it measures the compute alone.
+
+Each row fixes the constant it is the only row to depend on, so the fit is a solve, one row per
+constant; the rows of each family that are not among them are its held-out test (``validate``,
+``families``).
 
 Everything else keeps its default: in particular the HBM efficiency (0.8) that times the
 memory-bound element-wise kernels, whose bytes ``sim.cost.layer_elementwise_bytes`` counts kernel
@@ -52,16 +62,20 @@ from sim.engine import list_schedule
 from sim.graph import build_graph
 from sim.published import ALL, PublishedRun, get
 
-CALIBRATION = ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel")
-PARAMS = ("efficiency", "bandwidth")
-_FIELDS = {"efficiency": ("efficiency",), "bandwidth": ("nvlink_efficiency", "ib_efficiency")}
+CALIBRATION = ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "narayanan-t2-zero3-174.6B-768",
+               "shoeybi-1.2B-1gpu")
+PARAMS = ("efficiency", "bandwidth", "zero3", "v100")
+_FIELDS = {"efficiency": ("efficiency",), "bandwidth": ("nvlink_efficiency", "ib_efficiency"),
+           "zero3": ("zero3_efficiency",), "v100": ("efficiency_by_gpu",)}
+V100 = "V100-32GB"
 
 
 def granularity(run: PublishedRun) -> str:
-    """'layer' where DDP overlaps the gradient all-reduce with the backward bucket by bucket (the
-    per-layer graph places the buckets), else 'stage': with blocking TP collectives and no
-    overlap inside an op, a whole model chunk per node gives the same times with fewer nodes."""
-    return "layer" if run.overlap_dp else "stage"
+    """'layer' where communication overlaps the backward layer by layer (DDP's bucketed gradient
+    all-reduce; ZeRO-2/3's reduce-scatters and ZeRO-3's per-layer gathers), else 'stage': with
+    blocking TP collectives and no overlap inside an op, a whole model chunk per node gives the
+    same times with fewer nodes."""
+    return "layer" if run.overlap_dp or run.zero_stage >= 2 else "stage"
 
 
 def graph(run: PublishedRun):
@@ -84,8 +98,19 @@ def with_params(base: Costs, values: dict[str, float]) -> Costs:
     for name, v in values.items():
         if name not in _FIELDS:
             raise ValueError(f"unknown calibration parameter {name!r}; choose from {', '.join(_FIELDS)}")
-        kw.update(dict.fromkeys(_FIELDS[name], float(v)))
+        if name == "v100":
+            others = tuple(p for p in base.efficiency_by_gpu if p[0] != V100)
+            kw["efficiency_by_gpu"] = others + ((V100, float(v)),)
+        else:
+            kw.update(dict.fromkeys(_FIELDS[name], float(v)))
     return base.override(**kw)
+
+
+def param_value(costs: Costs, name: str) -> float:
+    """The value of calibration parameter ``name`` in ``costs`` (see PARAMS)."""
+    if name == "v100":
+        return dict(costs.efficiency_by_gpu).get(V100, costs.efficiency)
+    return getattr(costs, _FIELDS[name][0])
 
 
 @dataclass
@@ -116,7 +141,7 @@ def fit(rows=CALIBRATION, base: Costs | None = None, params=PARAMS, *, tol: floa
         costs = with_params(base, dict(zip(params, np.exp(x))))
         return np.log([predict(r, costs, g) for r, g in zip(runs, graphs)]) - measured
 
-    x = np.log([getattr(base, _FIELDS[p][0]) for p in params])
+    x = np.log([param_value(base, p) for p in params])
     r = residuals(x)
     h = 1e-4
     for it in range(1, max_iter + 1):
@@ -180,10 +205,10 @@ class Validation:
         return Validation(self.costs, [r for r in self.rows if r.name.startswith(prefix)])
 
     def table(self) -> str:
-        lines = [f"{'run':26s} {'reported':>8s} {'time s':>9s} {'sim s':>9s} {'err':>7s} "
+        lines = [f"{'run':34s} {'reported':>8s} {'time s':>9s} {'sim s':>9s} {'err':>7s} "
                  f"{'TFLOP/s':>8s} {'sim':>7s} {'err':>7s}"]
         for r in self.rows:
-            lines.append(f"{r.name:26s} {r.reported:>8s} {r.measured_time:9.3f} {r.predicted_time:9.3f} "
+            lines.append(f"{r.name:34s} {r.reported:>8s} {r.measured_time:9.3f} {r.predicted_time:9.3f} "
                          f"{r.time_error:+7.1%} {r.measured_tflops:8.1f} {r.predicted_tflops:7.1f} "
                          f"{r.tflops_error:+7.1%}")
         lines.append(f"MAPE over {len(self.rows)} rows: time {self.mape_time:.1%}, TFLOP/s per GPU "

@@ -20,6 +20,17 @@ Collectives of S bytes over n ranks on a link of bandwidth B (after efficiency) 
 ``all_reduce`` takes the cheaper of ring and tree, as NCCL's tuner does. With equal bandwidth
 terms the tree never loses (⌈log2 n⌉ ≤ n − 1); calibrating ``tree_bw_efficiency`` below 1 makes the
 ring win for large messages. Every constant lives in ``Costs`` and can be overridden.
+
+ZeRO-3's data-parallel collectives (the parameter all-gathers and the gradient reduce-scatters of
+a stage-3 plan) reach only ``zero3_efficiency`` of that bandwidth. Narayanan et al.'s ZeRO-3 runs
+(Table 2: DeepSpeed 2021 on Selene, 384 to 2240 A100s) move each GPU's 3 × 2Ψ bytes per step at
+about one HDR NIC's 25 GB/s, not at the ≈ 190 GB/s bus bandwidth NCCL's rings reach over a
+DGX A100's eight NICs (their 175B step stays at 66.7 s from 768 to 1536 GPUs while the compute
+per GPU halves). That is DeepSpeed's implementation of the time, not the network: its gathers ran
+per parameter from Python hooks through ``torch.distributed.all_gather`` into per-rank tensors
+(a flatten-and-copy around every gather; DeepSpeed issue #1069 and PR #1170, 2021), on one stream
+with the reduce-scatters. sim.calibrate fits the constant on one Table 2 row and predicts the
+other five (sim.graph models the other half of the cause: the backward's gathers are not prefetched).
 """
 from __future__ import annotations
 
@@ -122,6 +133,11 @@ class Costs:
     900 GB/s on H100 NVLink, ≈ 0.8). ``alpha_*``: per-step latency in seconds. ``cpu_adam_rate``:
     parameters per second CPU Adam updates on one node (shared by its GPUs). ``adam_bytes_per_param``:
     HBM bytes the GPU optimizer reads + writes per parameter (None: 2·K + grad + param bytes).
+    ``zero3_efficiency``: the share of that collective bandwidth ZeRO-3's data-parallel gathers and
+    reduce-scatters reach (see the module docstring; 1 = as fast as any other collective).
+    ``efficiency_by_gpu``: (GPU preset name, GEMM efficiency) pairs for GPUs whose efficiency was
+    measured apart from ``efficiency`` (a V100's software and kernels reach a smaller share of its
+    peak than an A100's: the fit cannot be carried across generations); others use ``efficiency``.
     """
 
     efficiency: float = 0.5
@@ -138,11 +154,19 @@ class Costs:
     alpha_nvme: float = 100e-6
     cpu_adam_rate: float = 2e9
     adam_bytes_per_param: float | None = None
+    zero3_efficiency: float = 1.0
+    efficiency_by_gpu: tuple = ()
 
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name == "adam_bytes_per_param" and v is None:
+                continue
+            if f.name == "efficiency_by_gpu":
+                if not isinstance(v, tuple) or not all(
+                        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], (int, float))
+                        and not isinstance(p[1], bool) and p[1] > 0 for p in v):
+                    raise ValueError(f"Costs.efficiency_by_gpu must be ((gpu name, efficiency > 0), ...), got {v!r}")
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or (
                     v == 0 and not f.name.startswith("alpha")):
@@ -154,7 +178,7 @@ class Costs:
         inf = math.inf
         return cls(efficiency=efficiency, hbm_efficiency=inf, nvlink_efficiency=inf, ib_efficiency=inf,
                    pcie_efficiency=inf, nvme_efficiency=inf, alpha_nvlink=0.0, alpha_ib=0.0,
-                   alpha_pcie=0.0, alpha_nvme=0.0, cpu_adam_rate=inf)
+                   alpha_pcie=0.0, alpha_nvme=0.0, cpu_adam_rate=inf, zero3_efficiency=inf)
 
     def override(self, **kw) -> "Costs":
         return replace(self, **kw)
@@ -182,7 +206,7 @@ class CostModel:
         r = recipe(plan.precision)
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))
-        self.flops_rate = cluster.gpu.peak_flops * c.efficiency
+        self.flops_rate = cluster.gpu.peak_flops * dict(c.efficiency_by_gpu).get(cluster.gpu.name, c.efficiency)
 
     def link_params(self, axis: str) -> tuple[int, float, float]:
         """(group size n, α, effective bandwidth B) of the ``axis`` group's link."""
@@ -190,6 +214,14 @@ class CostModel:
         if link.kind == "nvlink":
             return link.size, c.alpha_nvlink, link.bandwidth * c.nvlink_efficiency
         return link.size, c.alpha_ib, link.bandwidth * c.ib_efficiency
+
+    def gather_params(self, axis: str) -> tuple[int, float, float]:
+        """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, at
+        ``zero3_efficiency`` of the bandwidth (see the module docstring)."""
+        n, a, bw = self.link_params(axis)
+        if axis == "dp" and self.plan.zero_stage == 3:
+            bw *= self.costs.zero3_efficiency
+        return n, a, bw
 
     def all_reduce(self, size: float, axis: str) -> tuple[float, str]:
         """(seconds, 'ring' | 'tree'), whichever is cheaper."""
@@ -208,7 +240,7 @@ class CostModel:
         elif op == "all_reduce":
             t = self.all_reduce(amount, axis)[0]
         elif op in ("reduce_scatter", "all_gather"):
-            t = reduce_scatter(amount, *self.link_params(axis))
+            t = reduce_scatter(amount, *self.gather_params(axis))
         elif op == "p2p":
             _, a, bw = self.link_params("pp")
             t = point_to_point(amount, a, bw)

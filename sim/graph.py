@@ -8,7 +8,8 @@ sim.cost.CostModel), not seconds, so one graph can be re-timed for other hardwar
 
 Per micro-batch op (F or B of one model chunk on one stage) and layer group:
 
-    [ZeRO-3: (NVMe read →) (H2D →) all-gather of the group, one group ahead]  dp_comm
+    [ZeRO-3: (NVMe read →) (H2D →) all-gather of the group: F one group ahead,
+             B when the group's backward starts]                           dp_comm
     compute of the group                                                   compute
     TP collectives of the group (blocking: the next compute waits)         tp_comm
     B: gradient reduce per bucket (stage 0: all-reduce, 1–3: reduce-scatter;
@@ -19,6 +20,15 @@ kernels (sim.cost.layer_elementwise_bytes). After the last op: an optional
 global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the GPU, or (NVMe read
 →) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
 Each node may carry memory deltas (category, tier, bytes) applied at its start or end.
+
+ZeRO-3's gathers follow DeepSpeed's hooks: a module's parameters are fetched before its forward,
+the next module's prefetched while it runs; in the backward (with activation checkpointing the
+recomputed forward runs inside it) the fetch is issued when the module's backward starts and waits
+behind the previous module's gradient reduce-scatter on the same stream, so gathers do not overlap
+the backward's compute — what DeepSpeed #1170 ("the prefetching only partially overlaps with
+computation", 2021) and PyTorch #70235 (FSDP's backward all-gathers "not triggered until current
+layer's backward pass starts", queued behind reduce-scatters on one NCCL stream) describe, and
+what Narayanan et al.'s ZeRO-3 times show (sim.calibrate). ``BACKWARD_GATHER`` switches it.
 
 Parameters are spread evenly over the layers (Ψ/L each, embeddings included), as zero_ref.memory
 splits Ψ evenly over tp·pp; the output head's FLOPs (2bshV) run on the last stage when ``head``.
@@ -34,7 +44,11 @@ KINDS = ("forward", "backward", "tp_comm", "send_fwd", "send_bwd", "zero3_gather
          "optimizer", "param_gather", "cpu_adam", "h2d", "d2h", "nvme_read", "nvme_write")
 CATEGORIES = ("param", "grad", "optim", "activation", "zero3_gathered", "comm_bucket")
 TIERS = ("gpu", "cpu", "nvme")
-MAX_NODES = 300_000  # 'auto' granularity folds layers until the graph is at most this big
+MAX_NODES = 300_000
+# ZeRO-3's backward gathers: "on_demand" (issued when a group's backward starts, behind the previous
+# reduce-scatter on the one DP stream: DeepSpeed as Narayanan et al. ran it, see the module
+# docstring) or "prefetch" (one group ahead, like the forward's).
+BACKWARD_GATHER = "on_demand"  # 'auto' granularity folds layers until the graph is at most this big
 _S, _K, _C, _T = ({n: i for i, n in enumerate(x)} for x in (STREAMS, KINDS, CATEGORIES, TIERS))
 
 
@@ -45,9 +59,15 @@ class TaskGraph:
     parallel lists ``mem_node, mem_at_end, mem_cat, mem_tier, mem_bytes`` (bytes signed: + alloc).
     """
 
-    def __init__(self, stages: int, virtual: int, group_layers: int, groups_per_chunk: int):
+    def __init__(self, stages: int, virtual: int, group_layers: int, groups_per_chunk: int, *,
+                 chunk_layers: list[int] | None = None, group_sizes: list[int] | None = None):
         self.stages, self.virtual = stages, virtual
-        self.group_layers, self.groups_per_chunk = group_layers, groups_per_chunk
+        self.group_layers, self.groups_per_chunk = group_layers, groups_per_chunk  # the largest
+        # per virtual stage (chunk c of stage s is c·stages + s): layers per group, its first layer
+        n = stages * virtual
+        chunk_layers = chunk_layers or [group_layers * groups_per_chunk] * n
+        self.group_sizes = group_sizes or [group_layers] * n
+        self.first_layer = [sum(chunk_layers[:k]) for k in range(n)]
         self.kind, self.stream, self.stage, self.mb, self.chunk, self.group, self.work = ([] for _ in range(7))
         self.works, self.deps, self._rows = [], [], []
         self._work_id: dict[tuple, int] = {}
@@ -82,21 +102,38 @@ class TaskGraph:
             self.mem_tier.append(_T[tier]); self.mem_bytes.append(nbytes)
 
 
-def _group_layers(granularity, per_chunk: int, ops: int, nodes_per_group: int) -> int:
+def layer_split(layers: int, chunks: int) -> list[int]:
+    """Layers of each of ``chunks`` virtual stages: equal when ``chunks`` divides ``layers``, else
+    ⌈layers/chunks⌉ each with the shortfall taken a layer at a time from the last and the first
+    virtual stage inwards, where the output layer and the embedding sit (Megatron-DeepSpeed's
+    partition that counts them as layers: BLOOM's 70 layers on 12 stages are 5, 6, …, 6, 5)."""
+    if layers < chunks:
+        raise ValueError(f"Model.layers {layers} must be at least Plan.pp × Plan.virtual = {chunks}")
+    base = -(-layers // chunks)
+    sizes = [base] * chunks
+    ends = [k for pair in zip(range(chunks - 1, -1, -1), range(chunks)) for k in pair]
+    for k in ends[:base * chunks - layers]:
+        sizes[k] -= 1
+    return sizes
+
+
+def _group_sizes(granularity, sizes: list[int], ops: int, nodes_per_group: int) -> list[int]:
+    """Layers per graph node in each virtual stage (see build_graph's ``granularity``)."""
     if granularity == "layer":
-        return 1
+        return [1] * len(sizes)
     if granularity == "stage":
-        return per_chunk
+        return list(sizes)
     if isinstance(granularity, int) and not isinstance(granularity, bool):
-        if granularity < 1 or per_chunk % granularity:
-            raise ValueError(f"granularity {granularity} must divide the {per_chunk} layers per model chunk")
-        return granularity
+        if granularity < 1 or any(n % granularity for n in sizes):
+            raise ValueError(f"granularity {granularity} must divide the layers of every model chunk "
+                             f"({sorted(set(sizes))})")
+        return [granularity] * len(sizes)
     if granularity != "auto":
         raise ValueError(f"granularity must be 'auto', 'layer', 'stage' or a layer count, got {granularity!r}")
-    for g in range(1, per_chunk + 1):  # the finest split that keeps the graph small
-        if per_chunk % g == 0 and ops * (per_chunk // g) * nodes_per_group <= MAX_NODES:
-            return g
-    return per_chunk
+    for g in range(1, max(sizes) + 1):  # the finest split that keeps the graph small
+        if all(n % g == 0 for n in sizes) and ops * (max(sizes) // g) * nodes_per_group <= MAX_NODES:
+            return [g] * len(sizes)
+    return list(sizes)
 
 
 class _Lowering:
@@ -104,16 +141,14 @@ class _Lowering:
 
     def __init__(self, model, plan, granularity, head: bool):
         p, v, m, tp, dp = plan.pp, plan.virtual, plan.num_microbatches, plan.tp, plan.dp
-        if model.layers % (p * v):
-            raise ValueError(f"Model.layers {model.layers} must be divisible by Plan.pp × Plan.virtual = {p * v}")
         if model.heads % tp:
             raise ValueError(f"Model.heads {model.heads} must be divisible by Plan.tp {tp}")
         self.model, self.plan, self.p, self.v, self.m, self.tp, self.dp = model, plan, p, v, m, tp, dp
         self.z3 = plan.zero_stage == 3 and (dp > 1 or plan.offload_param != "none")
-        per_chunk = model.layers // (p * v)
-        gl = _group_layers(granularity, per_chunk, 2 * p * v * m, 2 + (tp > 1) + 3 * self.z3)
-        self.G = per_chunk // gl
-        self.g = TaskGraph(p, v, gl, self.G)
+        self.sizes = layer_split(model.layers, p * v)  # layers of virtual stage c·p + s
+        self.gsize = _group_sizes(granularity, self.sizes, 2 * p * v * m, 2 + (tp > 1) + 3 * self.z3)
+        self.g = TaskGraph(p, v, max(self.gsize), max(n // k for n, k in zip(self.sizes, self.gsize)),
+                           chunk_layers=self.sizes, group_sizes=self.gsize)
         r = recipe(plan.precision)
         self.K, self.pb, self.gb = r.K, r.bytes_per_param("params"), r.bytes_per_param("grads")
         width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
@@ -127,17 +162,17 @@ class _Lowering:
         ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width)
         ew_f, ew_b = ew["forward"], ew["backward"] + {"none": 0.0, "selective": ew["attention_core"],
                                                       "full": ew["forward"]}[rc]
-        self.work_f = [("compute", gl * fwd, gl * ew_f, 1),  # [plain, with the output head]
-                       ("compute", gl * fwd + hf, gl * ew_f, 1)]
-        self.work_b = [("compute", gl * bwd, gl * ew_b, 1), ("compute", gl * bwd + 2 * hf, gl * ew_b, 1)]
+        # compute of a group of k layers, forward and backward: [plain, with the output head]
+        self.work_f = lambda k: [("compute", k * fwd, k * ew_f, 1), ("compute", k * fwd + hf, k * ew_f, 1)]
+        self.work_b = lambda k: [("compute", k * bwd, k * ew_b, 1), ("compute", k * bwd + 2 * hf, k * ew_b, 1)]
         msg = 2 * width * b * model.seq * model.hidden
         op, per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)  # SP: 2 AG + 2 RS, same cost as 2 AR
-        self.tp_f = (op, msg, "tp", per_layer * gl) if tp > 1 else None
-        self.tp_b = (op, msg, "tp", per_layer * gl * (2 if rc == "full" else 1)) if tp > 1 else None
+        self.tp_f = lambda k: (op, msg, "tp", per_layer * k) if tp > 1 else None
+        self.tp_b = lambda k: (op, msg, "tp", per_layer * k * (2 if rc == "full" else 1)) if tp > 1 else None
         # Megatron's scatter/gather (Narayanan et al. §4.1): each TP rank sends 1/t of the activation
         self.p2p = ("p2p", msg / tp, "pp", 1)
-        self.P = model.num_params * gl / (tp * model.layers)  # parameters of one group on one TP rank
-        self.act = gl * act(rc)
+        self.P1 = model.num_params / (tp * model.layers)  # parameters of one layer on one TP rank
+        self.act1 = act(rc)
         self.act_transient = 0.0 if rc == "none" else act("none") - (act(rc) if rc == "selective" else 0)
         self.order = schedule_order(plan.schedule, p, m, v)
         self.computes: list[list[int]] = [[] for _ in range(p)]
@@ -156,7 +191,8 @@ class _Lowering:
 
     def gather(self, s, i, c, grp, deps) -> int:
         """ZeRO-3: fetch (offloaded) shards and all-gather one layer group's parameters."""
-        g, pl, shard = self.g, self.plan, self.P / self.dp * self.pb
+        P = self.P1 * self.gsize[c * self.p + s]
+        g, pl, shard = self.g, self.plan, P / self.dp * self.pb
         first = None
         if pl.offload_param == "nvme":
             first = deps = [g.add("nvme_read", "nvme", s, ("nvme_read", shard, "", 1), deps, i, c, grp)]
@@ -164,14 +200,18 @@ class _Lowering:
             deps = [g.add("h2d", "h2d", s, ("h2d", shard, "", 1), deps, i, c, grp)]
             first = first or deps
         if self.dp > 1:
-            deps = [g.add("zero3_gather", "dp_comm", s, ("all_gather", self.P * self.pb, "dp", 1), deps, i, c, grp)]
-        g.mem((first or deps)[0], "zero3_gathered", self.P * self.pb)
+            deps = [g.add("zero3_gather", "dp_comm", s, ("all_gather", P * self.pb, "dp", 1), deps, i, c, grp)]
+        g.mem((first or deps)[0], "zero3_gathered", P * self.pb)
         return deps[0]
 
     def op(self, s, kind, i, c, dep_node) -> int:
         """One forward or backward of micro-batch i, chunk c on stage s; returns its output node."""
-        g, pl, G, fwd = self.g, self.plan, self.G, kind == "F"
-        last_vs = (c * self.p + s) == self.p * self.v - 1
+        g, pl, fwd = self.g, self.plan, kind == "F"
+        vs = c * self.p + s
+        k = self.gsize[vs]  # layers per group here
+        G, P, act = self.sizes[vs] // k, self.P1 * k, self.act1 * k
+        work, tp_work = (self.work_f(k), self.tp_f(k)) if fwd else (self.work_b(k), self.tp_b(k))
+        last_vs = vs == self.p * self.v - 1
         groups = list(range(G)) if fwd else list(reversed(range(G)))
         reduce_now = pl.zero_stage >= 2 or (not fwd and self.last_b[(s, c)] == i)
         comps = self.computes[s]  # this stage's compute nodes so far, in stream order
@@ -180,36 +220,38 @@ class _Lowering:
         # (k − 2)-th has ended, i.e. while the (k − 1)-th runs — across op boundaries too.
         ahead = lambda j: (comps[n0 + j - 2],) if n0 + j >= 2 else ()
         gathered = [None] * G
+        lazy = self.z3 and not fwd and BACKWARD_GATHER == "on_demand"
         if self.z3:
             gathered[0] = self.gather(s, i, c, groups[0], ahead(0))
         prev, buckets, bucket, pending = dep_node, [], 0.0, []
         for j, grp in enumerate(groups):
-            if self.z3 and j + 1 < G:
+            if lazy and j > 0:
+                gathered[j] = self.gather(s, i, c, grp, (comps[-1],))
+            if self.z3 and not lazy and j + 1 < G:
                 gathered[j + 1] = self.gather(s, i, c, groups[j + 1], ahead(j + 1))
             head = int(last_vs and grp == G - 1)
-            work = self.work_f[head] if fwd else self.work_b[head]
             # TP collectives block the compute stream (Megatron calls them synchronously inside the
             # layer), so an op's first group also waits for the previous op's last TP collective.
             blocking = g.last.get((s, "tp_comm")) if j == 0 and self.tp > 1 else None
-            comp = g.add("forward" if fwd else "backward", "compute", s, work, (prev, gathered[j], blocking),
+            comp = g.add("forward" if fwd else "backward", "compute", s, work[head], (prev, gathered[j], blocking),
                          i, c, grp)
             comps.append(comp)
             if fwd:
-                g.mem(comp, "activation", self.act)
+                g.mem(comp, "activation", act)
             else:
-                g.mem(comp, "activation", -self.act, at_end=True)
+                g.mem(comp, "activation", -act, at_end=True)
                 g.mem(comp, "activation", self.act_transient)
                 g.mem(comp, "activation", -self.act_transient, at_end=True)
             if self.z3:
-                g.mem(comp, "zero3_gathered", -self.P * self.pb, at_end=True)
+                g.mem(comp, "zero3_gathered", -P * self.pb, at_end=True)
             prev = comp
             if self.tp > 1:
-                prev = g.add("tp_comm", "tp_comm", s, self.tp_f if fwd else self.tp_b, (comp,), i, c, grp)
+                prev = g.add("tp_comm", "tp_comm", s, tp_work, (comp,), i, c, grp)
             if not fwd and reduce_now:
                 if pl.zero_stage >= 2 and self.dp > 1:  # the unreduced gradient waits in a bucket
-                    g.mem(comp, "comm_bucket", self.P * self.gb)
+                    g.mem(comp, "comm_bucket", P * self.gb)
                     pending.append(comp)
-                bucket += self.P
+                bucket += P
                 if bucket >= pl.reduce_bucket_size or j == G - 1:
                     buckets.append((bucket, prev, pending))
                     bucket, pending = 0.0, []
@@ -228,7 +270,7 @@ class _Lowering:
         if self.dp > 1:
             op = "all_reduce" if pl.zero_stage == 0 else "reduce_scatter"
             node = g.add("grad_reduce", "dp_comm", s, (op, params * self.gb, "dp", 1), (after,), i, c, grp)
-            g.mem(node, "comm_bucket", -len(pending) * self.P * self.gb, at_end=True)
+            g.mem(node, "comm_bucket", -len(pending) * self.P1 * self.gsize[c * self.p + s] * self.gb, at_end=True)
         if pl.offload_optimizer != "none":
             g.add("d2h", "d2h", s, ("d2h", params / self.dp * self.gb, "", 1), (node,), i, c, grp)
 
@@ -240,11 +282,13 @@ class _Lowering:
             everyone = tuple(n for r in ready for n in r)
             ready = [[g.add("grad_norm", "dp_comm", s, ("all_reduce", 4, "world", 1), everyone)]
                      for s in range(self.p)]
-        per_chunk = max(1, int(pl.allgather_bucket_size // self.P))
-        total = self.v * self.G
+        g_layers = self.gsize[0] if len(set(self.gsize)) == 1 else 1
+        unit = self.P1 * g_layers  # the optimizer steps in chunks of whole groups
+        per_chunk = max(1, int(pl.allgather_bucket_size // unit))
         for s in range(self.p):
+            total = sum(self.sizes[c * self.p + s] for c in range(self.v)) // g_layers
             for k, first in enumerate(range(0, total, per_chunk)):
-                full = self.P * min(per_chunk, total - first)          # parameters of the chunk on this rank
+                full = unit * min(per_chunk, total - first)            # parameters of the chunk on this rank
                 shard = full / dp if pl.zero_stage >= 1 else full      # the part this rank updates
                 u = self.update(s, k, shard, ready[s])
                 if pl.zero_stage in (1, 2) and dp > 1:
@@ -289,7 +333,8 @@ def node_name(graph: TaskGraph, i: int) -> str:
     op = f"{phase or 'mb'}{mb}" + (f".c{chunk}" if graph.virtual > 1 else "")
     if grp < 0:
         return f"{kind} {op}"
-    gl = graph.group_layers
-    first = (chunk * graph.stages + graph.stage[i]) * graph.groups_per_chunk * gl + grp * gl
+    vs = chunk * graph.stages + graph.stage[i]
+    gl = graph.group_sizes[vs]
+    first = graph.first_layer[vs] + grp * gl
     layers = f"layer {first}" if gl == 1 else f"layers {first}-{first + gl - 1}"
     return f"{op} {layers}" if phase else f"{kind} {op} {layers}"

@@ -1,10 +1,9 @@
-"""Published training runs as data: what was run, on what, and what was measured — with the source.
+"""Published training runs as data (sim.published_run.PublishedRun), each with its source.
 
-Each ``PublishedRun`` holds a model shape, the GPUs and their split (TP × PP × DP), the batch,
-the schedule, recomputation and sequence parallelism, and the numbers the paper reports
-(iteration time and/or achieved TFLOP/s per GPU), with the table and row they come from.
-``run.model()``, ``run.cluster()`` and ``run.plan()`` turn it into the simulator's inputs;
-``megatron_flops`` is the FLOPs formula the papers divide by the time to get their TFLOP/s.
+Every number below was read in the paper's text (or the run's own published log or script) and
+the place is named next to the row; what a paper does not say is stated as an assumption in the
+row's ``assumptions``. ``ALL`` holds every row: Megatron-LM's papers, MT-NLG and BLOOM here,
+ZeRO's papers in sim.published_deepspeed. sim.calibrate fits on ``CALIBRATION`` and predicts the rest.
 
 Sources
 -------
@@ -28,128 +27,61 @@ recomputation. Table 1 does not give the micro-batch size, the interleaving or t
 all-reduce; those come from the paper's artifact script ``examples/sc21/run_table_1.sh`` in
 NVIDIA/Megatron-LM (MBS, ``--num-layers-per-virtual-pipeline-stage``, ``--recompute-method
 uniform``, DDP 'torch' = gradient all-reduce overlapped with the backward, 'local' = after it).
-Table 2 (PTD-P vs ZeRO-3 without model parallelism, 175B and 530B) is recorded too
-(``NARAYANAN_TABLE2``) but is not part of the validation set: its schedules are not published.
+Table 2 (§5.2, "Comparison to ZeRO-3"; PTD-P vs ZeRO-3 without model parallelism, 175B and
+530B, global batch fixed while the GPUs grow): scheme, parameters, model-parallel size, batch,
+GPUs, micro-batch, achieved TFLOP/s per GPU (the same eq. (3) count). ZeRO-3 rows are pure data
+parallelism (model-parallel size 1, micro-batch × GPUs = batch: one micro-batch per step); the
+530B ZeRO-3 row at 640 GPUs ran batch 2560 ("did not fit on 560 GPUs when using a microbatch size
+of 4 with ZeRO-3"). The table does not give the schedules; the rows assume full recomputation
+(Megatron's --checkpoint-activations, as every run of the paper), and for PTD-P TP 8 × PP 12
+(175B, model-parallel size 96) or × PP 35 (530B, 280), micro-batch 1 as listed, the
+non-interleaved 1F1B schedule and the gradient all-reduce after the backward.
 
 Hardware: Selene nodes are DGX A100 80 GB (8 GPUs, NVLink3/NVSwitch 300 GB/s per GPU per
 direction, 8 × 200 Gb/s HDR InfiniBand per node), 312 TFLOP/s dense 16-bit peak per GPU — the
 ``A100-80GB`` cluster preset.
+
+SHOEYBI — Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language Models Using
+Model Parallelism" (arXiv 1909.08053). §5: up to 32 DGX-2H servers (512 V100-SXM3 32 GB; "300
+GB/sec bandwidth between GPUs inside a server via NVSwitch and 100 GB/sec of interconnect
+bandwidth between servers using 8 InfiniBand adapters per server"); vocabulary padded to 51200;
+Table 1 (hidden per head 96): 1.2B = hidden 1536, 16 heads, 40 layers on 1 GPU; 8.3B = hidden
+3072, 32 heads, 72 layers on 8 GPUs (model parallel) or 512 (model + 64-way data parallel). "A
+fixed batch size of 8" for the model-parallel runs, global batch 512 for model + data parallel.
+§5.1.1: the 1.2B single-GPU baseline "achieves 39 TeraFLOPS ... 30% of the theoretical peak FLOPS
+for a single GPU in a DGX-2H server" (so a 130 TFLOP/s peak); the 8.3B on 8 GPUs reaches 77 % of
+linear scaling (30.0 TFLOP/s per GPU); the abstract: "15.1 PetaFLOPs" on 512 GPUs (29.5 per GPU;
+§5.1.1 says 74 % of linear, the abstract 76 %). Assumed: sequence 1024 (GPT-2's), activation
+checkpointing with the FLOPs counted as in Narayanan's eq. (3), the gradient all-reduce after
+the backward, NVSwitch 150 GB/s per direction.
+
+MT-NLG — Smith et al., "Using DeepSpeed and Megatron to Train Megatron-Turing NLG 530B"
+(arXiv 2201.11990), §2.4 "System performance evaluation": 530B (105 layers, hidden 20480, 128
+heads, sequence 2048) with 8-way tensor × 35-way pipeline parallelism, global batch 1920 on 280,
+350 and 420 DGX A100 servers (2240, 2800, 3360 GPUs): 60.1, 50.2 and 44.4 s per iteration, 126,
+121 and 113 TFLOP/s per GPU (the times reproduce those rates through eq. (3) with full
+recomputation: checked in tests). Assumed: micro-batch 1, DeepSpeed's pipeline engine (1F1B, no
+interleaving) with ZeRO-1 over the data-parallel replicas, vocabulary padded to 51200 (as
+Megatron pads GPT-2's 50257 for TP 8).
+
+BLOOM — BigScience's 176B run (arXiv 2211.05100; configuration and log in
+bigscience-workshop/bigscience, train/tr11-176B-ml/README.md): 70 layers, hidden 14336, 112 heads,
+sequence 2048, vocabulary 250880, ALiBi (no position table), bf16, on 384 A100-80GB (48 nodes of 8,
+"NVLink 4 inter-gpu connects, 4 OmniPath links" of 100 Gb/s per node) with TP 4 × PP 12 × DP 8,
+micro-batch 2, global batch 2048, ZeRO-1 (DeepSpeed's BF16_Optimizer), full activation
+checkpointing; the log line at iteration 85376 (end of the first epoch, batch 2048): 104.70 s per
+iteration, 149.77 TFLOPs (eq. (3): reproduced in tests). Assumed: NVLink 4 × 25 GB/s per GPU,
+DeepSpeed's 1F1B pipeline, the 70 layers split 5/6/…/6/5 as the README's partition table shows.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from sim.config import Cluster, Model
-from sim.plan import Plan
-
-SEQ, VOCAB = 2048, 51200
-A100_PEAK = 312e12
+from sim.published_run import A100_PEAK, FAMILIES, SEQ, VOCAB, PublishedRun, megatron_flops  # noqa: F401 (re-exported)
 
 KORTHIKANTI = "Korthikanti et al. 2022, arXiv 2205.05198"
 NARAYANAN = "Narayanan et al. 2021, arXiv 2104.04473"
-
-
-@dataclass(frozen=True)
-class PublishedRun:
-    """One published configuration and its measurement.
-
-    ``iteration_time`` (s) and/or ``tflops_per_gpu`` as reported; ``flops`` names the formula
-    behind the reported TFLOP/s ('model': 72Bslh²(1 + s/6h + V/12lh), recomputation not counted;
-    'hardware': what the GPUs ran, i.e. with the recomputation — 96Bslh²(1 + s/6h + V/16lh) for full).
-    ``overlap_dp``: the data-parallel gradient all-reduce overlaps the last backward (DDP 'torch').
-    """
-
-    name: str
-    source: str
-    layers: int
-    hidden: int
-    heads: int
-    gpus: int
-    tp: int
-    pp: int
-    global_batch: int
-    micro_batch: int
-    recompute: str
-    sequence_parallel: bool = False
-    virtual: int = 1
-    iteration_time: float | None = None
-    tflops_per_gpu: float | None = None
-    flops: str = "model"
-    overlap_dp: bool = False
-    reported: tuple = ()  # other reported numbers, as (name, value) pairs
-    seq: int = SEQ
-    vocab: int = VOCAB
-    gpu: str = "A100-80GB"
-
-    def __post_init__(self):
-        if self.gpus % (self.tp * self.pp):
-            raise ValueError(f"{self.name}: {self.gpus} GPUs do not split into TP {self.tp} × PP {self.pp}")
-        if self.global_batch % (self.dp * self.micro_batch):
-            raise ValueError(f"{self.name}: batch {self.global_batch} is not DP {self.dp} × micro-batch "
-                             f"{self.micro_batch} × a whole number of micro-batches")
-        if self.iteration_time is None and self.tflops_per_gpu is None:
-            raise ValueError(f"{self.name}: a published run needs a measurement")
-
-    @property
-    def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
-
-    @property
-    def num_microbatches(self) -> int:
-        return self.global_batch // (self.dp * self.micro_batch)
-
-    def model(self) -> Model:
-        return Model(self.name, self.layers, self.hidden, self.heads, self.vocab, self.seq)
-
-    def cluster(self) -> Cluster:
-        return Cluster.preset(self.gpu, nodes=max(1, self.gpus // 8), gpus_per_node=min(8, self.gpus))
-
-    def plan(self) -> Plan:
-        """Megatron as run: no ZeRO (no distributed optimizer), fp16 mixed precision, 1F1B or interleaved,
-        gradient clipping 1.0; with DDP 'torch' the gradients are all-reduced in PyTorch DDP's
-        25 MB buckets during the last backward, with 'local' DDP after it."""
-        return Plan(zero_stage=0, tp=self.tp, pp=self.pp, dp=self.dp, micro_batch_size=self.micro_batch,
-                    num_microbatches=self.num_microbatches,
-                    schedule="interleaved" if self.virtual > 1 else "1f1b", virtual=self.virtual,
-                    recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision="fp16",
-                    overlap_comm=self.overlap_dp, reduce_bucket_size=12_500_000 if self.overlap_dp else 500_000_000,
-                    gradient_clipping=1.0)
-
-    def step_flops(self) -> float:
-        """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""
-        return megatron_flops(self.model(), self.global_batch,
-                              recompute=self.recompute if self.flops == "hardware" else "none")
-
-    def tflops_from_time(self, seconds: float) -> float:
-        """TFLOP/s per GPU the paper would report for an iteration of ``seconds``."""
-        return self.step_flops() / (self.gpus * seconds) / 1e12
-
-    def time_from_tflops(self, tflops: float) -> float:
-        return self.step_flops() / (self.gpus * tflops * 1e12)
-
-    @property
-    def measured_time(self) -> float:
-        """The iteration time: reported, or implied by the reported TFLOP/s and the paper's formula."""
-        return self.iteration_time if self.iteration_time is not None else self.time_from_tflops(self.tflops_per_gpu)
-
-
-def megatron_flops(model: Model, batch: int, recompute: str = "none") -> float:
-    """FLOPs of one iteration by the Megatron papers' count (GEMMs and attention only; GPT, f = 4h).
-
-    recompute 'none':      72·B·s·l·h²·(1 + s/6h + V/12lh)    (Korthikanti §6, model FLOPs)
-    recompute 'selective': 72·B·s·l·h²·(1 + s/3h + V/12lh)    (attention core recomputed)
-    recompute 'full':      96·B·s·l·h²·(1 + s/6h + V/16lh)    (Narayanan eq. 3: one more forward)
-    """
-    B, s, l, h, V = batch, model.seq, model.layers, model.hidden, model.vocab
-    if model.ffn_hidden != 4 * h or model.gated:
-        raise ValueError("megatron_flops assumes the GPT MLP (ffn = 4h, not gated)")
-    if recompute == "none":
-        return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
-    if recompute == "selective":
-        return 72 * B * s * l * h * h * (1 + s / (3 * h) + V / (12 * l * h))
-    if recompute == "full":
-        return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-    raise ValueError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
+MTNLG = "Smith et al. 2022, arXiv 2201.11990"
+SHOEYBI = "Shoeybi et al. 2019, arXiv 1909.08053"
+BLOOM = "BigScience 2022, arXiv 2211.05100 and bigscience-workshop/bigscience train/tr11-176B-ml"
 
 
 def _k(size, layers, hidden, heads, gpus, pp, batch, mbs, virtual, *, sel, time, reported=()):
@@ -202,35 +134,75 @@ NARAYANAN_TABLE1 = (
 )
 
 
-@dataclass(frozen=True)
-class PublishedThroughput:
-    """A reported throughput without a fully published configuration (not simulated)."""
+def _t2(scheme, size, gpus, batch, mbs, tflops, days):
+    layers, hidden, heads = (96, 12288, 96) if size == "174.6B" else (105, 20480, 128)
+    zero = scheme == "ZeRO-3"
+    tp, pp = (1, 1) if zero else (8, 12 if size == "174.6B" else 35)
+    return PublishedRun(
+        f"narayanan-t2-{'zero3' if zero else 'ptdp'}-{size}-{gpus}",
+        f"{NARAYANAN}: Table 2 (§5.2) row '{scheme}, {size}, {gpus} GPUs' (batch {batch}, micro-batch "
+        f"{mbs}, {tflops} TFLOP/s per GPU, {days} days for 300B tokens)",
+        layers, hidden, heads, gpus, tp, pp, batch, mbs, "full", tflops_per_gpu=tflops, flops="hardware",
+        zero_stage=3 if zero else 0, family="zero3" if zero else "megatron",
+        reported=(("days_300b_tokens", days),),
+        assumptions="full recomputation; " + ("ZeRO-3 with DeepSpeed's defaults (overlap_comm, 5e8 buckets)"
+                                              if zero else "1F1B, gradient all-reduce after the backward"))
 
-    scheme: str
-    params_b: float
-    model_parallel: int
-    global_batch: int
-    gpus: int
-    micro_batch: int
-    tflops_per_gpu: float
-    days_300b_tokens: float
-    source: str = f"{NARAYANAN}: Table 2 (PTD-P vs ZeRO-3 without model parallelism)"
 
-
-# Narayanan et al., Table 2. ZeRO-3 rows are pure data parallelism: model-parallel size 1 and
-# micro-batch × GPUs = batch (a transcription we read shows 2 in that column for the 768- and
-# 1120-GPU rows, which the batch arithmetic contradicts). The 530B ZeRO-3 row at 640 GPUs ran batch
-# 2560 (micro-batch 4 did not fit on 560 GPUs). PTD-P: TP 8 × PP 12 (175B) or × PP 35 (530B).
-NARAYANAN_TABLE2 = tuple(PublishedThroughput(*row) for row in (
-    ("ZeRO-3", 174.6, 1, 1536, 384, 4, 144, 90), ("ZeRO-3", 174.6, 1, 1536, 768, 2, 88, 74),
-    ("ZeRO-3", 174.6, 1, 1536, 1536, 1, 44, 74), ("ZeRO-3", 529.6, 1, 2560, 640, 4, 138, 169),
-    ("ZeRO-3", 529.6, 1, 2240, 1120, 2, 98, 137), ("ZeRO-3", 529.6, 1, 2240, 2240, 1, 48, 140),
-    ("PTD-P", 174.6, 96, 1536, 384, 1, 153, 84), ("PTD-P", 174.6, 96, 1536, 768, 1, 149, 43),
-    ("PTD-P", 174.6, 96, 1536, 1536, 1, 141, 23), ("PTD-P", 529.6, 280, 2240, 560, 1, 171, 156),
-    ("PTD-P", 529.6, 280, 2240, 1120, 1, 167, 80), ("PTD-P", 529.6, 280, 2240, 2240, 1, 159, 42),
+# Narayanan et al., Table 2: scheme, parameters, GPUs, batch, micro-batch, TFLOP/s per GPU, days.
+NARAYANAN_TABLE2 = tuple(_t2(*row) for row in (
+    ("ZeRO-3", "174.6B", 384, 1536, 4, 144, 90), ("ZeRO-3", "174.6B", 768, 1536, 2, 88, 74),
+    ("ZeRO-3", "174.6B", 1536, 1536, 1, 44, 74), ("ZeRO-3", "529.6B", 640, 2560, 4, 138, 169),
+    ("ZeRO-3", "529.6B", 1120, 2240, 2, 98, 137), ("ZeRO-3", "529.6B", 2240, 2240, 1, 48, 140),
+    ("PTD-P", "174.6B", 384, 1536, 1, 153, 84), ("PTD-P", "174.6B", 768, 1536, 1, 149, 43),
+    ("PTD-P", "174.6B", 1536, 1536, 1, 141, 23), ("PTD-P", "529.6B", 560, 2240, 1, 171, 156),
+    ("PTD-P", "529.6B", 1120, 2240, 1, 167, 80), ("PTD-P", "529.6B", 2240, 2240, 1, 159, 42),
 ))
 
-ALL = KORTHIKANTI_TABLE5 + NARAYANAN_TABLE1
+
+# DGX-2H: 16 V100-SXM3 32 GB at 130 TFLOP/s peak, NVSwitch, 8 × 100 Gb/s InfiniBand per node.
+DGX2H = (("peak_flops", 130e12), ("nvlink_bw", 150e9), ("ib_bw", 100e9), ("pcie_bw", 16e9))
+
+
+def _s(size, hidden, heads, layers, gpus, tp, batch, tflops, quote):
+    return PublishedRun(
+        f"shoeybi-{size}-{gpus}gpu", f"{SHOEYBI}: Table 1 row '{size}'; {quote}", layers, hidden, heads, gpus, tp, 1,
+        batch, batch // (gpus // tp), "full", tflops_per_gpu=tflops, flops="hardware", seq=1024, gpu="V100-32GB",
+        gpus_per_node=16, node=DGX2H,
+        assumptions="sequence 1024; activation checkpointing, FLOPs by eq. (3); all-reduce after the backward")
+
+
+SHOEYBI_SCALING = (
+    _s("1.2B", 1536, 16, 40, 1, 1, 8, 39.0, "§5.1.1: 39 TFLOP/s on one V100 (batch 8)"),
+    _s("8.3B", 3072, 32, 72, 8, 8, 8, round(0.77 * 39.0, 2), "§5.1.1: 77 % of linear scaling on 8 GPUs (batch 8)"),
+    _s("8.3B", 3072, 32, 72, 512, 8, 512, round(15.1e3 / 512, 2), "abstract: 15.1 PFLOP/s on 512 GPUs (batch 512)"),
+)
+
+
+def _mtnlg(servers, time, tflops):
+    return PublishedRun(
+        f"mtnlg-530B-{8 * servers}", f"{MTNLG}: §2.4, {servers} DGX A100 servers, batch 1920: {time} s per "
+        f"iteration, {tflops} TFLOP/s per GPU", 105, 20480, 128, 8 * servers, 8, 35, 1920, 1, "full",
+        iteration_time=time, flops="hardware", zero_stage=1, precision="bf16",
+        reported=(("tflops_per_gpu", tflops),),
+        assumptions="micro-batch 1, 1F1B (DeepSpeed pipeline engine), ZeRO-1, vocabulary 51200")
+
+
+MTNLG_530B = (_mtnlg(280, 60.1, 126), _mtnlg(350, 50.2, 121), _mtnlg(420, 44.4, 113))
+
+BLOOM_176B = (PublishedRun(
+    "bloom-176B", f"{BLOOM}: README 'Replica setup' (TP 4, PP 12, DP 8, MBS 2), 'Global batch size' (2048) "
+    "and the log at iteration 85376: 104.70 s per iteration, 149.77 TFLOPs", 70, 14336, 112, 384, 4, 12,
+    2048, 2, "full", iteration_time=104.70, flops="hardware", vocab=250880, zero_stage=1, precision="bf16",
+    positions="rotary", node=(("nvlink_bw", 100e9), ("ib_bw", 50e9)), reported=(("tflops_per_gpu", 149.77),),
+    assumptions="ALiBi has no parameters (modelled as rotary: no position table); NVLink 4 × 25 GB/s; "
+                "4 × 100 Gb/s Omni-Path per node; 1F1B; layers 5/6/.../6/5 over the 12 stages"),)
+
+
+from sim.published_deepspeed import DEEPSPEED  # noqa: E402  (its rows are PublishedRuns too)
+
+ALL = (KORTHIKANTI_TABLE5 + NARAYANAN_TABLE1 + NARAYANAN_TABLE2 + SHOEYBI_SCALING + MTNLG_530B + BLOOM_176B
+       + DEEPSPEED)
 BY_NAME = {r.name: r for r in ALL}
 
 
@@ -238,3 +210,10 @@ def get(name: str) -> PublishedRun:
     if name not in BY_NAME:
         raise ValueError(f"unknown published run {name!r}; choose one of: {', '.join(BY_NAME)}")
     return BY_NAME[name]
+
+
+def family(name: str) -> tuple[PublishedRun, ...]:
+    """Every row of one family: 'megatron', 'zero3' or 'offload'."""
+    if name not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
+    return tuple(r for r in ALL if r.family == name)

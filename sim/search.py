@@ -249,7 +249,8 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
         if reason:
             row.reason = reason
             continue
-        key = (plan.tp, plan.pp, plan.dp, plan.precision)  # all a CostModel's links and rates depend on
+        # all a CostModel's links and rates depend on (ZeRO-3's data-parallel collectives have their own efficiency)
+        key = (plan.tp, plan.pp, plan.dp, plan.precision, plan.zero_stage == 3)
         if key not in cost_models:
             cost_models[key] = CostModel(cluster, plan, costs)
         row.time_bound = time_lower_bound(model, cluster, plan, costs, granularity=g, cost_model=cost_models[key])

@@ -95,8 +95,8 @@ def test_simulate_checks_the_combination():
     model, cluster = sim.Model.preset("gpt3-125m"), sim.Cluster.preset("A100-80GB")
     with pytest.raises(ValueError, match="the cluster has 8 GPUs"):
         sim.simulate(model, cluster, sim.Plan(dp=4))
-    with pytest.raises(ValueError, match="Model.layers 12 must be divisible"):
-        sim.simulate(model, cluster, sim.Plan(pp=8))
+    with pytest.raises(ValueError, match="Model.layers 12 must be at least"):
+        sim.simulate(model, sim.Cluster.preset("A100-80GB", nodes=2), sim.Plan(pp=16))
     with pytest.raises(ValueError, match="no bf16"):
         sim.simulate(model, sim.Cluster.preset("V100-32GB"), sim.Plan(dp=8))
     with pytest.raises(TypeError, match="sim.Model"):

@@ -155,7 +155,8 @@ def test_zero3_live_parameter_cap_of_one_group_stops_the_prefetch():
                      contention=Contention.for_plan(cl, plan, max_live_params=group / 2))
 
 
-def test_memory_pressure_delays_the_prefetch_and_the_peak_stays_under_hbm():
+def test_memory_pressure_delays_the_prefetch_and_the_peak_stays_under_hbm(monkeypatch):
+    monkeypatch.setattr(sim.graph, "BACKWARD_GATHER", "prefetch")  # gathers ahead in both passes: more to delay
     plan = sim.Plan(zero_stage=3, dp=8, num_microbatches=2)
     cl = cluster_for(plan)
     free = sim.simulate(BIG, cl, plan, granularity="layer")

@@ -1,0 +1,67 @@
+"""The simulator against every published run: calibrate, predict the held-out rows, print the table.
+
+    python -m sim.validation            # the table of benchmarks/README.md ("Published throughput")
+
+``report()`` fits the constants on ``sim.calibrate.CALIBRATION`` (one row per constant), predicts
+every other row of sim.published and returns the table: per row the published and simulated step
+time and TFLOP/s per GPU (the paper's own FLOPs count) and the errors, then the mean absolute
+error over the held-out rows, overall and per family — 'megatron' (tensor × pipeline parallel,
+Megatron-LM and Megatron-DeepSpeed), 'zero3' (ZeRO-3 data parallelism) and 'offload' (ZeRO with
+the optimizer on the CPU). ``before()`` is the same with the cost model as it was before the
+ZeRO-3 and V100 constants existed (two constants, prefetched backward gathers), for comparison.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sim import calibrate, graph
+from sim.published import FAMILIES, get
+
+
+def family_mape(validation, family: str) -> float:
+    """Mean absolute time error of ``validation``'s rows of one family (nan if it has none)."""
+    errs = [abs(r.time_error) for r in validation.rows if get(r.name).family == family]
+    return float(np.mean(errs)) if errs else float("nan")
+
+
+def table(validation, fit=None) -> str:
+    """Per-row lines (calibration rows first, marked) and the MAPE lines, overall and per family."""
+    lines = [f"{'run':34s} {'family':8s} {'time s':>8s} {'sim s':>8s} {'err':>7s} {'TFLOP/s':>8s} {'sim':>7s}"
+             f" {'err':>7s}"]
+    for r in validation.rows:
+        mark = " (fit)" if fit is not None and r.name in fit.rows else ""
+        lines.append(f"{r.name + mark:34s} {get(r.name).family:8s} {r.measured_time:8.2f} {r.predicted_time:8.2f} "
+                     f"{r.time_error:+7.1%} {r.measured_tflops:8.1f} {r.predicted_tflops:7.1f} {r.tflops_error:+7.1%}")
+    held = calibrate.Validation(validation.costs, [r for r in validation.rows
+                                                   if fit is None or r.name not in fit.rows])
+    lines.append(f"held-out MAPE over {len(held.rows)} rows: time {held.mape_time:.1%}, TFLOP/s per GPU "
+                 f"{held.mape_tflops:.1%}; by family: " + ", ".join(
+                     f"{f} {family_mape(held, f):.1%} ({sum(get(r.name).family == f for r in held.rows)} rows)"
+                     for f in FAMILIES))
+    return "\n".join(lines)
+
+
+def report() -> str:
+    """Fit, predict every published row, and return the table (see the module docstring)."""
+    fit = calibrate.fit()
+    rows = [get(n) for n in calibrate.CALIBRATION] + list(calibrate.held_out())
+    head = ("calibrated on " + ", ".join(fit.rows) + ": "
+            + ", ".join(f"{k} = {v:.4f}" for k, v in fit.values.items()))
+    return head + "\n" + table(calibrate.validate(fit.costs, rows), fit)
+
+
+def before() -> str:
+    """The table with the previous cost model: efficiency and bandwidth fitted on the two
+    Korthikanti rows, ZeRO-3 collectives as fast as any other, backward gathers prefetched, one
+    GEMM efficiency for every GPU."""
+    saved = graph.BACKWARD_GATHER
+    graph.BACKWARD_GATHER = "prefetch"
+    try:
+        fit = calibrate.fit(calibrate.CALIBRATION[:2], params=("efficiency", "bandwidth"))
+        return table(calibrate.validate(fit.costs, calibrate.held_out(fit.rows)), fit)
+    finally:
+        graph.BACKWARD_GATHER = saved
+
+
+if __name__ == "__main__":
+    print(report())
