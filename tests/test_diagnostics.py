@@ -237,8 +237,8 @@ def normal_path(rank, world):
     plain = min(timed(False) for _ in range(3))
     watched = min(timed(True) for _ in range(3))
     comm.barrier()
-    with watch_collectives(timeout=1.0):  # a pause outside any collective is not a hang
-        time.sleep(1.5)
+    with watch_collectives(timeout=3.0):  # a pause outside any collective is not a hang
+        time.sleep(3.5)  # (the timeout leaves room for the ranks' skew on a loaded machine)
         comm.all_reduce(torch.ones(1))
     return same, watched - plain
 
@@ -247,7 +247,7 @@ def normal_path(rank, world):
 def test_normal_path_no_false_alarm_same_result_small_overhead():
     for same, overhead in zero_ref.launch(normal_path, 2, timeout=LAUNCH_TIMEOUT):
         assert same
-        assert overhead < 1e-3  # seconds per call: one store write (tens of µs when idle)
+        assert overhead < 1e-3  # seconds per call (the store writes happen on the watchdog thread)
 
 
 def test_watchdog_bad_input_and_report_sanitizing():

@@ -49,7 +49,7 @@ class MemoryReport:
     def table(self) -> str:
         cols = ["measured", "formula", "expected"] + (["simulated"] if self.simulated else [])
         rows = [f"{'category':<16}" + "".join(f"{c:>14}" for c in cols)]
-        for cat in [*CATEGORIES, *(k for k in self.simulated if k not in CATEGORIES)]:
+        for cat in dict.fromkeys([*CATEGORIES, *self.measured, *self.simulated]):
             vals = [self.measured.get(cat), self.formula.get(cat), self.expected.get(cat), self.simulated.get(cat)]
             rows.append(f"{cat:<16}" + "".join(f"{'-' if v is None else f'{v:,.0f}':>14}" for v in vals[:len(cols)]))
         return "\n".join(rows)
@@ -86,14 +86,18 @@ def _stage(target):
     return stage
 
 
-def memory_report(target, *, simulated: Mapping | None = None) -> MemoryReport:
+def memory_report(target, *, simulated: Mapping | None = None, activations: int | None = None) -> MemoryReport:
     """Model-state bytes of this rank (``target``: an Engine or a ZeRO stage), measured vs formula.
 
     ``simulated``: a per-category mapping from the simulator for the same plan, e.g.
     ``sim.simulate(...).peak_memory[0]`` (its names — param, grad, optim, activation — are mapped).
+    ``activations``: saved-activation bytes measured by the caller (``measure.saved_activation_bytes``),
+    shown beside the simulator's; the verdict covers model states only.
     """
     stage = _stage(target)
     measured = {k: unique_storage_bytes(v) for k, v in stage.state_tensors().items()}
+    if activations is not None:
+        measured["activations"] = int(activations)
     r, n, s = recipe(stage.precision), stage.world_size, stage.stage
     psi = sum(b.layout.numel for b in stage.buckets)  # trainable elements (ZeRO-3's params are empty now)
     formula = model_state_bytes(psi, zero_stage=s, dp=n, precision=stage.precision).as_dict()

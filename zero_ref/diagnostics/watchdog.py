@@ -5,8 +5,10 @@ never does (different control flow on different ranks), or calls differently. Ne
 gloo says which. Inside ``with watch_collectives(timeout=...):``
 
 - every ``zero_ref.comm`` call first records (op, its number on that group, shape and dtype, the
-  calling line in zero_ref and in user code, async or not) and writes this rank's record to the
-  process group's store (the launcher's TCPStore; torchrun's under torchrun): one store write;
+  calling line in zero_ref and in user code, async or not) in memory; the watchdog thread writes
+  this rank's records to the process group's store (the launcher's TCPStore; torchrun's under
+  torchrun) every ``PUBLISH_S`` seconds when they changed, so the calling thread never waits for
+  a store round trip;
 - a watchdog thread looks at the calling thread every ``poll`` seconds: inside a ``zero_ref.comm``
   function (or, after an async call, on a line waiting on a handle) with no progress for ``timeout``
   seconds, it reads every peer's record from the store, prints a report that names each rank's
@@ -34,6 +36,7 @@ import torch.distributed as dist
 from zero_ref import comm
 
 EXIT_CODE = 3  # how a rank ends when its watchdog fires
+PUBLISH_S = 0.05  # the store holds each rank's records at most this old (except with check=True: current)
 _BEGIN, _END = "=== zero_ref: collective timeout ===", "=== end of report ==="
 _COMM_FILE = comm.__file__
 _PKG = os.path.dirname(_COMM_FILE)
@@ -69,7 +72,7 @@ class _Watch:
         self.rank, self.store = dist.get_rank(), dist.distributed_c10d._get_default_store()
         self.calls, self.last, self.groups = {}, {}, {}  # group key → calls on it / its last record / ranks
         self.current, self.thread, self.state = None, threading.get_ident(), "running"
-        self._stop = threading.Event()
+        self._stop, self._published = threading.Event(), -1  # calls made when the store was last written
 
     def _group(self, group) -> str:
         if id(group) not in self.groups:
@@ -93,13 +96,15 @@ class _Watch:
         shape = "-" if tensor is None else f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
         rec = self.last[g] = {"op": op, "n": k, "shape": shape, "async": is_async, "at": at}
         self.current, self.thread, self.state = g, threading.get_ident(), "running"
-        self._publish()
         if self.check and g != "p2p":
+            self._publish()
             self._agree(g, rec)
+        # else the watchdog thread writes it to the store within PUBLISH_S: no round trip on this thread
 
     def _publish(self) -> None:
-        self.store.set(f"zero_ref/watch/{self.rank}", json.dumps(
-            {"calls": self.calls, "last": self.last, "state": self.state}))
+        self._published = sum(self.calls.values())
+        state = {"calls": dict(self.calls), "last": dict(self.last), "state": self.state}  # a snapshot
+        self.store.set(f"zero_ref/watch/{self.rank}", json.dumps(state))
 
     def _peer(self, q: int) -> dict | None:
         key = f"zero_ref/watch/{q}"
@@ -167,8 +172,14 @@ class _Watch:
         return bool(top and rec and rec["async"] and ".wait(" in linecache.getline(top.f_code.co_filename, top.f_lineno))
 
     def run(self) -> None:
-        since, seen = None, None
-        while not self._stop.wait(self.poll):
+        """Publish this rank's record when it changes; every ``poll`` s, check for a stuck collective."""
+        since, seen, next_check = None, None, time.monotonic()
+        while not self._stop.wait(min(PUBLISH_S, self.poll)):
+            if sum(self.calls.values()) != self._published:
+                self._publish()
+            if time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + self.poll
             f = sys._current_frames().get(self.thread)
             now = (sum(self.calls.values()), id(f), f.f_lineno if f else None)  # progress resets the clock
             if not self._blocked() or now != seen:
@@ -196,7 +207,8 @@ def watch_collectives(timeout: float = 60.0, *, check: bool = False, poll: float
     across the group before issuing it (one store round trip and a wait per call: a debugging mode)
     and raises ``CollectiveMismatch`` on every rank, or ``CollectiveTimeout`` if a peer never issues it.
 
-    Cost otherwise: one store write per collective. Set ``timeout`` above the longest legitimate wait
+    Cost otherwise: a few microseconds per call on this thread (the store writes happen on the
+    watchdog's). Set ``timeout`` above the longest legitimate wait
     (a slow peer, a checkpoint written by one rank while the others wait in a barrier).
     """
     if not dist.is_initialized():
@@ -220,11 +232,11 @@ def watch_collectives(timeout: float = 60.0, *, check: bool = False, poll: float
             raise CollectiveError(f"{type(e).__name__} in a collective: {str(e)[:200]}\n{w.report('failed in')}") from e
         raise
     finally:
-        w._stop.set()
         comm._hooks.remove(w.hook)
         _active.remove(w)
-        w._publish()
+        w._stop.set()
         thread.join()
+        w._publish()  # after the thread's last write, so the final state is the one peers read
 
 
 def _raised_in_comm(exc: BaseException) -> bool:
