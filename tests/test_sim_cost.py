@@ -95,3 +95,16 @@ def test_costs_check_their_fields():
     free = sim.Costs.compute_only()
     cm = CostModel(cluster(nodes=2), sim.Plan(tp=8, dp=2), free)
     assert cm.duration(("all_reduce", 1e9, "dp", 4)) == cm.duration(("h2d", 1e9, "", 1)) == 0
+
+
+def test_a_gpu_can_have_its_own_gemm_efficiency():
+    """Costs.efficiency_by_gpu: a V100 at its own share of peak, other GPUs at ``efficiency``; bad
+    entries are named."""
+    costs = sim.Costs(efficiency=0.7, efficiency_by_gpu=(("V100-32GB", 0.4),))
+    v100 = CostModel(sim.Cluster.preset("V100-32GB", nodes=1), sim.Plan(dp=8, precision="fp16"), costs)
+    a100 = CostModel(cluster(nodes=1), sim.Plan(dp=8), costs)
+    assert v100.duration(("compute", 125e12, "", 1)) == pytest.approx(1 / 0.4)
+    assert a100.duration(("compute", 312e12, "", 1)) == pytest.approx(1 / 0.7)
+    for bad in ((("V100-32GB", 0),), ("V100-32GB", 0.4), ((1, 0.4),)):
+        with pytest.raises(ValueError, match="efficiency_by_gpu"):
+            sim.Costs(efficiency_by_gpu=bad)

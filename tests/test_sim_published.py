@@ -1,18 +1,19 @@
-"""Validation rung 3: the simulator against published Megatron-LM measurements.
+"""Validation rung 3: the simulator against published throughput (sim.published, sim.validation).
 
-The cost model is calibrated on two rows only (Korthikanti et al. Table 5: 22B and 175B with
-sequence parallelism + selective recomputation) and then predicts every other published row
-(sim.published: the rest of Table 5 and Narayanan et al.'s Table 1). The bounds below are the
-errors reached, not targets chosen to pass: see the comments on each.
+The cost model is calibrated on four rows, one per constant (sim.calibrate.CALIBRATION:
+Korthikanti's 22B and 175B for the A100's GEMM efficiency and link efficiency, Narayanan's ZeRO-3
+175B on 768 GPUs for ZeRO-3's collective efficiency, Shoeybi's single-V100 1.2B for the V100's GEMM
+efficiency) and then predicts every other published row. The bounds below are the errors reached,
+not targets chosen to pass: see the comments on each.
 """
 
 import numpy as np
 import pytest
 
 import sim
-from sim import calibrate, published as pub
+from sim import calibrate, published as pub, validation
 from sim.cost import CostModel, layer_elementwise_bytes
-from sim.graph import KINDS, STREAMS
+from sim.graph import KINDS, STREAMS, build_graph, layer_split
 
 
 # ---------------------------------------------------------------- the data
@@ -38,6 +39,27 @@ def test_published_rows_are_consistent_with_their_papers():
         assert run.gpus * run.tflops_per_gpu / 1e3 == pytest.approx(rep["aggregate_pflops"], rel=0.01), run.name
         assert run.tflops_per_gpu / 312 == pytest.approx(rep["percent_of_peak"], abs=0.006), run.name
         assert run.layers % (run.pp * run.virtual) == 0 and run.num_microbatches % run.pp == 0
+
+
+def test_the_other_papers_numbers_follow_from_each_other():
+    """What each source reports twice agrees through eq. (3): Table 2's days for 300B tokens
+    (8TP/nX, Narayanan §5.1) within 4 %; MT-NLG's 60.1/50.2/44.4 s are its 126/121/113 TFLOP/s;
+    BLOOM's 104.70 s is the 149.77 TFLOPs its log prints; Shoeybi's 39 TFLOP/s is "30 % of peak"
+    at a DGX-2H V100's 130 TFLOP/s. ZeRO-3 rows run one micro-batch per step (batch = GPUs ×
+    micro-batch) without model parallelism."""
+    for run in pub.NARAYANAN_TABLE2:
+        days = 8 * 300e9 * run.model().num_params / (run.gpus * run.tflops_per_gpu * 1e12) / 86400
+        assert days == pytest.approx(dict(run.reported)["days_300b_tokens"], rel=0.04), run.name
+        if run.family == "zero3":
+            assert run.tp == run.pp == 1 and run.num_microbatches == 1 and run.zero_stage == 3
+    for run in pub.MTNLG_530B + pub.BLOOM_176B:
+        assert run.tflops_from_time(run.iteration_time) == pytest.approx(dict(run.reported)["tflops_per_gpu"],
+                                                                         rel=0.006), run.name
+    base = pub.get("shoeybi-1.2B-1gpu")
+    assert base.tflops_per_gpu / (base.cluster().gpu.peak_flops / 1e12) == pytest.approx(0.30)
+    assert pub.get("shoeybi-8.3B-512gpu").tflops_per_gpu * 512 == pytest.approx(15.1e3, rel=1e-3)
+    assert [r.family for r in pub.ALL].count("zero3") == 6 and pub.family("offload")
+    assert all(r.source and (r.family == "megatron" or r.assumptions) for r in pub.ALL)
 
 
 def test_megatron_flops_formula_equals_the_simulators_count():
@@ -85,6 +107,49 @@ def test_tp_collectives_block_the_next_compute_and_p2p_sends_one_tp_share():
     assert sends == {("p2p", 2 * 256 * 512 / 2, "pp", 1)}  # 16-bit b·s·h / t (scatter/gather)
 
 
+def test_zero3_backward_gathers_wait_for_the_previous_layer_and_only_zero3_collectives_slow_down():
+    """ZeRO-3: the forward prefetches the next layer's gather during a layer's compute; the backward
+    issues it when the previous layer's backward has ended (sim.graph's BACKWARD_GATHER). And
+    zero3_efficiency stretches the bandwidth term of ZeRO-3's DP collectives only."""
+    model = sim.Model("small", layers=6, hidden=512, heads=8, vocab=1000, seq=256)
+    plan = sim.Plan(zero_stage=3, dp=8, num_microbatches=1)
+    cluster = sim.Cluster.preset("A100-80GB", nodes=2, gpus_per_node=4)
+    r = sim.simulate(model, cluster, plan, sim.Costs(), granularity="layer")
+    g = r.graph
+    kinds = [KINDS[k] for k in g.kind]
+    gathers = [i for i, k in enumerate(kinds) if k == "zero3_gather"]
+    comps = [i for i, k in enumerate(kinds) if k in ("forward", "backward")]
+    fwd = [i for i in comps if kinds[i] == "forward"]
+    bwd = [i for i in comps if kinds[i] == "backward"]
+    assert len(gathers) == 12  # one stage, one micro-batch: 6 layers gathered for F, then for B
+    f_gathers, b_gathers = gathers[:6], gathers[6:]
+    assert r.start[f_gathers[2]] < r.end[fwd[1]]                 # prefetched while layer 1 computes
+    for gat, prev in zip(b_gathers[1:], bwd):
+        assert r.start[gat] >= r.end[prev] - 1e-15               # on demand in the backward
+    cm = CostModel(cluster, plan, sim.Costs(zero3_efficiency=0.25))
+    base = CostModel(cluster, plan, sim.Costs())
+    n, a, bw = base.link_params("dp")
+    assert cm.duration(("all_gather", 1e9, "dp", 1)) == pytest.approx((n - 1) * a + (n - 1) / n * 1e9 / (bw * 0.25))
+    zero1 = sim.Plan(zero_stage=1, dp=8)
+    assert (CostModel(cluster, zero1, sim.Costs(zero3_efficiency=0.25)).duration(("all_gather", 1e9, "dp", 1))
+            == CostModel(cluster, zero1, sim.Costs()).duration(("all_gather", 1e9, "dp", 1)))
+
+
+def test_an_uneven_layer_split_puts_the_short_stages_at_the_ends():
+    """BLOOM's 70 layers on 12 stages: 5, 6, …, 6, 5 (the embedding and output layer count as layers
+    in Megatron-DeepSpeed's partition); every layer is simulated exactly once."""
+    assert layer_split(70, 12) == [5] + [6] * 10 + [5] and layer_split(96, 8) == [12] * 8
+    assert layer_split(7, 3) == [2, 3, 2] and sum(layer_split(71, 12)) == 71
+    with pytest.raises(ValueError, match="at least"):
+        layer_split(3, 4)
+    run = pub.get("bloom-176B")
+    g = build_graph(run.model(), run.plan(), granularity="layer")
+    fw = STREAMS.index("compute")
+    layers_f0 = [sum(1 for i in range(len(g)) if g.stage[i] == s and g.mb[i] == 0 and g.stream[i] == fw
+                     and KINDS[g.kind[i]] == "forward") for s in range(run.pp)]
+    assert layers_f0 == layer_split(70, 12)
+
+
 # ---------------------------------------------------------------- calibration and validation
 
 
@@ -108,21 +173,28 @@ def test_calibration_sees_only_the_two_calibration_rows(monkeypatch):
 
     monkeypatch.setattr(calibrate, "predict", spy)
     calibrate.fit()
-    assert seen == set(calibrate.CALIBRATION) == {"korthikanti-22B-seqsel", "korthikanti-175B-seqsel"}
+    assert seen == set(calibrate.CALIBRATION) == {"korthikanti-22B-seqsel", "korthikanti-175B-seqsel",
+                                                  "narayanan-t2-zero3-174.6B-768", "shoeybi-1.2B-1gpu"}
     assert not seen & {r.name for r in calibrate.held_out()}
-    assert len(calibrate.held_out()) == len(pub.ALL) - 2 == 16
+    assert len(calibrate.held_out()) == len(pub.ALL) - 4 == 34
 
 
 def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
-    """Two rows, two constants: the solve is exact (this only shows it converged)."""
+    """Four rows, four constants: the solve is exact (this only shows it converged)."""
     for name in calibrate.CALIBRATION:
         run = pub.get(name)
-        assert calibrate.predict(run, fitted.costs) == pytest.approx(run.iteration_time, rel=0.02)
+        assert calibrate.predict(run, fitted.costs) == pytest.approx(run.measured_time, rel=0.02)
     assert np.abs(fitted.residuals).max() < 1e-6
     # GEMMs at ~70 % of 312 TFLOP/s; collectives at ~58 % of NVLink's 300 GB/s: plausible for A100s
     assert 0.6 < fitted.values["efficiency"] < 0.8
     assert 0.4 < fitted.values["bandwidth"] < 0.8
     assert fitted.costs.nvlink_efficiency == fitted.costs.ib_efficiency == fitted.values["bandwidth"]
+    # ZeRO-3's rings over a DGX A100's eight 25 GB/s NICs ran at about one NIC's worth per GPU
+    run = pub.get("narayanan-t2-zero3-174.6B-768")
+    ring = run.cluster().ib_bw * fitted.values["bandwidth"] * fitted.values["zero3"]
+    assert 0.1 < fitted.values["zero3"] < 0.35 and 15e9 < ring < 35e9
+    # a V100's GEMMs (Megatron 2019) reach a smaller share of its peak than an A100's
+    assert 0.3 < fitted.values["v100"] < 0.5 < fitted.values["efficiency"]
     # the layer's share of peak grows with its size through the element-wise kernels
     eff = [calibrate.effective_efficiency(n, fitted.costs) for n in
            ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "korthikanti-1T-seqsel")]
@@ -130,20 +202,49 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
 
 
 def test_held_out_rows_are_predicted_within_the_error_reached(report):
-    """Achieved on the 16 held-out rows: MAPE 4.0 % on iteration time, 3.9 % on TFLOP/s per GPU
-    (issue target ≤ 10 %). The worst rows are Korthikanti's 1T (full +9.9 %, SP+selective +8.2 %)
-    and 22B full (+7.0 %): the sim is slow where Megatron 2022 overlapped backward collectives
-    with weight-gradient GEMMs, and it cannot see that the 1T's 2.5×-larger GEMMs run faster than
-    the calibration rows' (see sim.calibrate)."""
-    assert report.mape_time <= 0.045
-    assert report.mape_tflops <= 0.045
-    assert report.subset("korthikanti").mape_time <= 0.07
-    assert report.subset("narayanan").mape_time <= 0.03
-    assert max(abs(r.time_error) for r in report.rows) <= 0.105
-    assert len(report.rows) == 16 and not {r.name for r in report.rows} & set(calibrate.CALIBRATION)
+    """Achieved on the 34 held-out rows (python -m sim.validation): mean error 6.1 % on iteration
+    time, 6.3 % on TFLOP/s per GPU (issue target ≤ 10 %). By family: Megatron TP × PP 5.4 % over
+    28 rows, ZeRO-3 8.4 % over 5, offload 14.2 % over its one row — above the 10 % aim: the V100
+    GEMM efficiency comes from Shoeybi's 1.2B (hidden 1536, 96-wide heads) and ZeRO-Offload's 10B
+    (hidden 4096) has larger, more efficient GEMMs, which one efficiency per GPU cannot follow.
+    Worst rows: MT-NLG −18 to −21 % (the simulator is faster: DeepSpeed's pipeline engine sends
+    every TP rank's full activation, not Megatron's scatter/gather, and is not modelled),
+    Shoeybi's 8.3B on 512 GPUs +18 % (its 64-way gradient all-reduce cost almost nothing in the
+    paper's numbers), ZeRO-3 175B on 1536 GPUs −14 %."""
+    assert report.mape_time <= 0.065 and report.mape_tflops <= 0.07
+    fam = {f: validation.family_mape(report, f) for f in pub.FAMILIES}
+    assert fam["megatron"] <= 0.06
+    assert fam["zero3"] <= 0.09
+    assert fam["offload"] <= 0.15
+    errs = {r.name: abs(r.time_error) for r in report.rows}
+    # per row: Megatron-LM's own papers within 10 %; ZeRO-3 within 15 %; everything within 22 %
+    assert max(e for n, e in errs.items() if n.startswith(("korthikanti", "narayanan-1", "narayanan-3",
+                                                           "narayanan-7", "narayanan-t2-ptdp"))) <= 0.10
+    assert max(e for n, e in errs.items() if pub.get(n).family == "zero3") <= 0.15
+    assert max(errs.values()) <= 0.22
+    assert len(report.rows) == 34 and not {r.name for r in report.rows} & set(calibrate.CALIBRATION)
     for r in report.rows:  # the TFLOP/s error is the time error, inverted
         assert (1 + r.tflops_error) * (1 + r.time_error) == pytest.approx(1)
-    assert "MAPE over 16 rows" in report.table()
+    assert "MAPE over 34 rows" in report.table()
+
+
+def test_both_halves_of_the_zero3_fix_are_needed(fitted):
+    """Before: ZeRO-3 predicted 1.4–4.5× too fast (bandwidth as for any ring, gathers prefetched).
+    The bandwidth constant alone (refitted on the same row) leaves the compute-bound rows (384 and
+    640 GPUs) 20–26 % too fast: prefetched gathers hide too much behind the backward; on-demand
+    backward gathers alone leave the communication-bound rows 1.7–3× too fast."""
+    rows = [r for r in pub.NARAYANAN_TABLE2 if r.family == "zero3"]
+    old = fitted.costs.override(zero3_efficiency=1.0)
+    ratio = [r.measured_time / calibrate.predict(r, old) for r in rows]  # on-demand gathers, fast rings
+    assert min(ratio[1:3] + ratio[4:]) > 1.7
+    saved = sim.graph.BACKWARD_GATHER
+    sim.graph.BACKWARD_GATHER = "prefetch"
+    try:
+        refit = calibrate.fit(calibrate.CALIBRATION, base=fitted.costs, params=("zero3",)).costs
+        err = {r.gpus: calibrate.predict(r, refit) / r.measured_time - 1 for r in rows}
+    finally:
+        sim.graph.BACKWARD_GATHER = saved
+    assert err[384] < -0.15 and err[640] < -0.2
 
 
 def test_predict_is_simulate_and_deterministic(fitted):
