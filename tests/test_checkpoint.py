@@ -12,7 +12,7 @@ import torch
 
 import zero_ref
 from zero_ref import checkpoint, comm
-from zero_ref.engine import initialize  # (zero_ref.initialize once exported)
+from zero_ref import initialize
 from zero_ref.models import make_batch
 from zero_ref.zero_to_fp32 import CheckpointError, Reader, get_fp32_state_dict_from_zero_checkpoint
 from zero_cases import ADAM, CFG

@@ -32,7 +32,7 @@ import sys
 import torch
 
 from zero_ref import checkpoint
-from zero_ref.engine import initialize
+from zero_ref import initialize
 from zero_ref.models import GPT, GPTConfig, make_batch
 from zero_ref.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
