@@ -32,29 +32,45 @@ __all__ = [
 
 FIRST, LAST = 1, 30
 
-#: The project modules a chapter may name in ``Chapter.modules``.
+#: The project modules a chapter may name in ``Chapter.modules`` (each one importable; ``zero_ref.launch``
+#: is the launcher, zero_ref/launcher.py). tests/test_syllabus.py checks every chapter's notebook uses them.
 ALLOWED_MODULES: frozenset[str] = frozenset(
     {
-        "zero_ref.memory",
-        "zero_ref.measure",
-        "zero_ref.launch",
-        "zero_ref.comm",
-        "zero_ref.models",
-        "zero_ref.stages",
-        "zero_ref.precision",
-        "zero_ref.offload",
-        "zero_ref.kernels",
-        "zero_ref.config",
-        "zero_ref.engine",
-        "zero_ref.checkpointing",  # activation checkpointing (recompute in backward)
-        "zero_ref.checkpoint",  # saving and loading training state
-        "zero_ref.topology",
-        "zero_ref.tensor_parallel",
-        "zero_ref.pipeline",
-        "zero_ref.moe",
-        "zero_ref.compression",
-        "zero_ref.diagnostics",
         "sim",
+        "zero_ref.batch",
+        "zero_ref.checkpoint",
+        "zero_ref.checkpointing",
+        "zero_ref.collective_algorithms",
+        "zero_ref.comm",
+        "zero_ref.compression",
+        "zero_ref.config",
+        "zero_ref.config_schema",
+        "zero_ref.diagnostics",
+        "zero_ref.engine",
+        "zero_ref.flat",
+        "zero_ref.hf",
+        "zero_ref.kernels",
+        "zero_ref.launch",
+        "zero_ref.lr_schedules",
+        "zero_ref.measure",
+        "zero_ref.memory",
+        "zero_ref.models",
+        "zero_ref.nvme",
+        "zero_ref.offload",
+        "zero_ref.optim",
+        "zero_ref.parallel.groups",
+        "zero_ref.parallel.moe",
+        "zero_ref.parallel.pipeline",
+        "zero_ref.parallel.tensor",
+        "zero_ref.parallel.three_d",
+        "zero_ref.precision",
+        "zero_ref.profile",
+        "zero_ref.stages",
+        "zero_ref.topology",
+        "zero_ref.torch_trace",
+        "zero_ref.trial",
+        "zero_ref.zero_init",
+        "zero_ref.zero_to_fp32",
     }
 )
 
@@ -137,7 +153,13 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Compute the largest model whose Adam training states fit on one 80 GB GPU",
         ),
         seed="Seed ch.2–5 (memory model); the 16Ψ count of seed ch.1 §1.2 and ch.3 part 1",
-        modules=("zero_ref.memory", "zero_ref.measure", "zero_ref.models", "zero_ref.launch"),
+        modules=(
+            "zero_ref.memory",
+            "zero_ref.measure",
+            "zero_ref.models",
+            "zero_ref.launch",
+            "zero_ref.comm",
+        ),
     ),
     Chapter(
         number=3,
@@ -160,6 +182,9 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.measure",
             "zero_ref.comm",
             "zero_ref.launch",
+            "zero_ref.flat",
+            "zero_ref.models",
+            "zero_ref.optim",
         ),
     ),
     Chapter(
@@ -183,6 +208,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.measure",
             "zero_ref.comm",
             "zero_ref.launch",
+            "zero_ref.models",
+            "zero_ref.optim",
         ),
     ),
     Chapter(
@@ -208,6 +235,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.comm",
             "zero_ref.launch",
             "zero_ref.models",
+            "zero_ref.optim",
+            "zero_ref.zero_init",
         ),
     ),
     Chapter(
@@ -225,10 +254,12 @@ CHAPTERS: tuple[Chapter, ...] = (
         seed="Seed ch.6–8 (ZeRO-Offload); seed ch.3 part 2",
         modules=(
             "zero_ref.offload",
-            "zero_ref.kernels",
             "zero_ref.memory",
             "zero_ref.launch",
             "sim",
+            "zero_ref.models",
+            "zero_ref.optim",
+            "zero_ref.stages",
         ),
     ),
     Chapter(
@@ -244,7 +275,15 @@ CHAPTERS: tuple[Chapter, ...] = (
             "and ZeRO-Infinity",
         ),
         seed="Seed ch.6–8 (ZeRO-Infinity); seed ch.3 part 2",
-        modules=("zero_ref.offload", "zero_ref.memory", "sim"),
+        modules=(
+            "zero_ref.offload",
+            "zero_ref.memory",
+            "zero_ref.launch",
+            "zero_ref.models",
+            "zero_ref.nvme",
+            "zero_ref.optim",
+            "zero_ref.stages",
+        ),
     ),
     Chapter(
         number=8,
@@ -280,7 +319,13 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.9–12 (the config file, item by item); the example configs of seed "
         "ch.1 §1.2 and ch.3 part 4",
-        modules=("zero_ref.config",),
+        modules=(
+            "zero_ref.config",
+            "zero_ref.config_schema",
+            "zero_ref.engine",
+            "zero_ref.lr_schedules",
+            "zero_ref.precision",
+        ),
     ),
     Chapter(
         number=10,
@@ -311,7 +356,16 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Compare per-rank memory of the same model under ZeRO stages 0 to 3",
         ),
         seed="Seed ch.9–12 (HuggingFace Transformers integration)",
-        modules=("zero_ref.engine", "zero_ref.config", "zero_ref.measure", "zero_ref.launch"),
+        modules=(
+            "zero_ref.engine",
+            "zero_ref.config",
+            "zero_ref.measure",
+            "zero_ref.launch",
+            "zero_ref.comm",
+            "zero_ref.hf",
+            "zero_ref.memory",
+            "zero_ref.zero_init",
+        ),
     ),
     Chapter(
         number=12,
@@ -334,6 +388,13 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.config",
             "zero_ref.memory",
             "zero_ref.launch",
+            "sim",
+            "zero_ref.comm",
+            "zero_ref.measure",
+            "zero_ref.models",
+            "zero_ref.optim",
+            "zero_ref.precision",
+            "zero_ref.stages",
         ),
     ),
     Chapter(
@@ -349,7 +410,15 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Compute the bytes per parameter of each precision recipe",
         ),
         seed="Seed ch.13–20 (mixed-precision training)",
-        modules=("zero_ref.precision", "zero_ref.engine", "zero_ref.memory", "zero_ref.models"),
+        modules=(
+            "zero_ref.precision",
+            "zero_ref.memory",
+            "zero_ref.models",
+            "zero_ref.launch",
+            "zero_ref.measure",
+            "zero_ref.optim",
+            "zero_ref.stages",
+        ),
     ),
     Chapter(
         number=14,
@@ -367,7 +436,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.6–8 (the CPU Adam behind ZeRO-Offload); kernel optimization in seed "
         "ch.1 §1.2",
-        modules=("zero_ref.kernels", "zero_ref.offload", "zero_ref.measure"),
+        modules=("zero_ref.kernels", "zero_ref.optim"),
     ),
     Chapter(
         number=15,
@@ -388,6 +457,12 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.memory",
             "zero_ref.measure",
             "zero_ref.models",
+            "sim",
+            "zero_ref.comm",
+            "zero_ref.launch",
+            "zero_ref.parallel.groups",
+            "zero_ref.parallel.tensor",
+            "zero_ref.topology",
         ),
     ),
     Chapter(
@@ -405,7 +480,15 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.13–20 (gradient accumulation); the batch arithmetic of seed ch.1 "
         "§1.2–1.3",
-        modules=("zero_ref.engine", "zero_ref.config", "zero_ref.comm", "zero_ref.launch"),
+        modules=(
+            "zero_ref.comm",
+            "zero_ref.launch",
+            "sim",
+            "zero_ref.batch",
+            "zero_ref.models",
+            "zero_ref.optim",
+            "zero_ref.stages",
+        ),
     ),
     Chapter(
         number=17,
@@ -422,7 +505,13 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.2–5 (communication analysis) and ch.13–20 (communication "
         "optimization); the data-parallel misconception at the end of seed ch.1",
-        modules=("zero_ref.comm", "zero_ref.launch", "sim"),
+        modules=(
+            "zero_ref.comm",
+            "zero_ref.launch",
+            "sim",
+            "zero_ref.collective_algorithms",
+            "zero_ref.profile",
+        ),
     ),
     Chapter(
         number=18,
@@ -443,6 +532,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.stages",
             "zero_ref.launch",
             "sim",
+            "zero_ref.models",
+            "zero_ref.optim",
         ),
     ),
     Chapter(
@@ -460,10 +551,14 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.1 §1.3 (model parallelism) and ch.3 part 3 (3D parallelism)",
         modules=(
-            "zero_ref.tensor_parallel",
             "zero_ref.topology",
             "zero_ref.comm",
             "zero_ref.launch",
+            "sim",
+            "zero_ref.measure",
+            "zero_ref.memory",
+            "zero_ref.models",
+            "zero_ref.parallel.tensor",
         ),
     ),
     Chapter(
@@ -480,7 +575,13 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Compare the peak activation memory of GPipe and 1F1B",
         ),
         seed="Seed ch.1 §1.3 (pipeline parallelism and its bubble) and ch.3 part 3",
-        modules=("zero_ref.pipeline", "zero_ref.launch", "sim"),
+        modules=(
+            "zero_ref.launch",
+            "sim",
+            "zero_ref.comm",
+            "zero_ref.models",
+            "zero_ref.parallel.pipeline",
+        ),
     ),
     Chapter(
         number=21,
@@ -497,10 +598,15 @@ CHAPTERS: tuple[Chapter, ...] = (
         seed="Seed ch.1 §1.3 (choosing a parallel strategy) and ch.3 part 3 (3D parallelism)",
         modules=(
             "zero_ref.topology",
-            "zero_ref.tensor_parallel",
-            "zero_ref.pipeline",
-            "zero_ref.stages",
             "zero_ref.launch",
+            "zero_ref.comm",
+            "zero_ref.measure",
+            "zero_ref.memory",
+            "zero_ref.models",
+            "zero_ref.optim",
+            "zero_ref.parallel.groups",
+            "zero_ref.parallel.pipeline",
+            "zero_ref.parallel.three_d",
         ),
     ),
     Chapter(
@@ -518,14 +624,12 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.21–30 (case studies, from setup to tuning)",
         modules=(
-            "zero_ref.engine",
-            "zero_ref.config",
-            "zero_ref.models",
             "zero_ref.topology",
-            "zero_ref.tensor_parallel",
-            "zero_ref.pipeline",
-            "zero_ref.stages",
             "zero_ref.launch",
+            "sim",
+            "zero_ref.batch",
+            "zero_ref.memory",
+            "zero_ref.parallel.three_d",
         ),
     ),
     Chapter(
@@ -560,7 +664,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "fraction",
         ),
         seed="Seed ch.1 §1.3 (the 65B case study) and ch.21–30 (case study: LLaMA-65B)",
-        modules=("sim", "zero_ref.memory", "zero_ref.config"),
+        modules=("sim", "zero_ref.memory"),
     ),
     Chapter(
         number=25,
@@ -576,7 +680,14 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Measure all-to-all bytes per rank and explain capacity factor and dropped tokens",
         ),
         seed="Seed ch.21–30 (case study: MoE)",
-        modules=("zero_ref.moe", "zero_ref.comm", "zero_ref.launch", "sim"),
+        modules=(
+            "zero_ref.comm",
+            "zero_ref.launch",
+            "zero_ref.models",
+            "zero_ref.parallel.groups",
+            "zero_ref.parallel.moe",
+            "zero_ref.topology",
+        ),
     ),
     Chapter(
         number=26,
@@ -593,11 +704,12 @@ CHAPTERS: tuple[Chapter, ...] = (
         seed="Seed ch.13–20 (activation checkpointing), carried to long sequences; not a "
         "topic of its own in the seed's outline",
         modules=(
-            "zero_ref.tensor_parallel",
-            "zero_ref.checkpointing",
             "zero_ref.memory",
             "zero_ref.measure",
             "sim",
+            "zero_ref.launch",
+            "zero_ref.models",
+            "zero_ref.parallel.tensor",
         ),
     ),
     Chapter(
@@ -617,7 +729,14 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.9–12 (deployment) and ch.21–30 (case studies); not a topic of its "
         "own in the seed's outline",
-        modules=("zero_ref.checkpoint", "zero_ref.engine", "zero_ref.launch"),
+        modules=(
+            "zero_ref.checkpoint",
+            "zero_ref.launch",
+            "zero_ref.comm",
+            "zero_ref.flat",
+            "zero_ref.models",
+            "zero_ref.zero_to_fp32",
+        ),
     ),
     Chapter(
         number=28,
@@ -632,7 +751,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Locate the bottleneck of a step: compute, communication, memory or pipeline bubble",
         ),
         seed="Seed ch.21–30 (performance tuning in the case studies)",
-        modules=("sim", "zero_ref.measure", "zero_ref.engine", "zero_ref.launch"),
+        modules=("sim", "zero_ref.profile", "zero_ref.torch_trace"),
     ),
     Chapter(
         number=29,
@@ -646,7 +765,14 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Explain the trade-off the best plan makes and check it against a small real run",
         ),
         seed="Seed ch.1 §1.3 (choosing a parallel strategy) and ch.21–30 (tuning)",
-        modules=("sim", "zero_ref.config", "zero_ref.memory", "zero_ref.engine"),
+        modules=(
+            "sim",
+            "zero_ref.memory",
+            "zero_ref.launch",
+            "zero_ref.measure",
+            "zero_ref.models",
+            "zero_ref.stages",
+        ),
     ),
     Chapter(
         number=30,
@@ -664,10 +790,9 @@ CHAPTERS: tuple[Chapter, ...] = (
         modules=(
             "sim",
             "zero_ref.config",
-            "zero_ref.engine",
             "zero_ref.memory",
-            "zero_ref.topology",
-            "zero_ref.launch",
+            "zero_ref.profile",
+            "zero_ref.trial",
         ),
     ),
 )

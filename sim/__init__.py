@@ -12,16 +12,23 @@ Builds on zero_ref's torch-free memory model and batch arithmetic.
 Modules: ``config`` (Model, GPU, Cluster + presets), ``plan`` (Plan, from a DeepSpeed config),
 ``cost`` (FLOPs and alpha-beta collectives, ``Costs``), ``topology`` (rank grid, links),
 ``pipeline`` (bubble closed forms, schedule orders), ``graph`` (the step's task graph),
-``engine`` (list scheduling, ``simulate``), ``memory_timeline``, ``trace`` (Chrome/Perfetto JSON).
+``engine`` (list scheduling, ``simulate``), ``events`` (event-heap engine: shared links, memory caps),
+``idle`` (idle time by cause), ``memory_timeline``, ``trace`` (Chrome/Perfetto JSON), ``render``
+(Gantt, memory stack), ``widgets`` (ipywidgets explorers), ``published`` and ``calibrate`` (published
+runs, fitted constants), ``fit_local`` (calibration on real zero_ref runs on this machine),
+``utilization`` (MFU / HFU), ``search`` (plan auto-tuner), ``bounds`` (memory and step-time lower
+bounds), ``advice`` (the ZeRO / offload ladder).
 """
 from sim.config import GPU, GPUS, MODELS, Cluster, Model
 from sim.cost import CostModel, Costs
 from sim.engine import Event, SimResult, simulate
+from sim.events import Contention, DoesNotFit, MemoryCap, SharedLink
 from sim.pipeline import (Slot, bubble_fraction, bubble_overhead, pipeline_timeline, schedule_order,
                           stage_order, warmup_count)
 from sim.plan import Plan
 from sim.trace import chrome_trace, write_chrome_trace
 
 __all__ = ["GPU", "GPUS", "MODELS", "Cluster", "Model", "Plan", "Costs", "CostModel", "Event", "SimResult",
+           "Contention", "DoesNotFit", "MemoryCap", "SharedLink",
            "simulate", "chrome_trace", "write_chrome_trace", "Slot", "bubble_fraction", "bubble_overhead",
            "pipeline_timeline", "schedule_order", "stage_order", "warmup_count"]
