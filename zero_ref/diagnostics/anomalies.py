@@ -44,7 +44,8 @@ class Finding:
     note: str = ""
 
     def __str__(self) -> str:
-        return f"{self.what} of {self.name}: {self.kind}, shape {list(self.shape)}" + (f"; {self.note}" if self.note else "")
+        text = f"{self.what} of {self.name}: {self.kind}, shape {list(self.shape)}"
+        return f"{text}; {self.note}" if self.note else text
 
 
 def find_nonfinite(module: torch.nn.Module, loss: torch.Tensor | None = None) -> Finding | None:
@@ -106,7 +107,7 @@ class Anomalies:
                     note = f"parameter {bad_param[0]} holds {bad_param[1]}"
                 elif all(_kind(t) is None for t in _tensors(args)):
                     big = max(((n, float(p.detach().abs().max())) for n, p in own), key=lambda x: x[1], default=None)
-                    note = "its inputs were finite: the overflow starts here" + (
+                    note = "its inputs were finite: the first inf/nan is made here" + (
                         f" (largest |parameter|: {big[0]} = {big[1]:.3g})" if big else "")
                 else:
                     note = (f"its input was already non-finite: the values went bad in code outside any submodule "

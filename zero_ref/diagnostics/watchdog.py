@@ -67,8 +67,9 @@ def _describe(rec: dict) -> str:
 
 
 class _Watch:
-    def __init__(self, timeout: float, check: bool, poll: float):
+    def __init__(self, timeout: float, check: bool, poll: float, session: int):
         self.timeout, self.check, self.poll = timeout, check, poll
+        self.prefix = f"zero_ref/watch/{session}"  # a fresh key space per block: no stale peer records
         self.rank, self.store = dist.get_rank(), dist.distributed_c10d._get_default_store()
         self.calls, self.last, self.groups = {}, {}, {}  # group key → calls on it / its last record / ranks
         self.current, self.thread, self.state = None, threading.get_ident(), "running"
@@ -76,7 +77,8 @@ class _Watch:
 
     def _group(self, group) -> str:
         if id(group) not in self.groups:
-            self.groups[id(group)] = ",".join(map(str, dist.get_process_group_ranks(dist.group.WORLD if group is None else group)))
+            ranks = dist.get_process_group_ranks(dist.group.WORLD if group is None else group)
+            self.groups[id(group)] = ",".join(map(str, ranks))
         return self.groups[id(group)]
 
     def hook(self, op: str, tensor, group) -> None:
@@ -104,16 +106,16 @@ class _Watch:
     def _publish(self) -> None:
         self._published = sum(self.calls.values())
         state = {"calls": dict(self.calls), "last": dict(self.last), "state": self.state}  # a snapshot
-        self.store.set(f"zero_ref/watch/{self.rank}", json.dumps(state))
+        self.store.set(f"{self.prefix}/{self.rank}", json.dumps(state))
 
     def _peer(self, q: int) -> dict | None:
-        key = f"zero_ref/watch/{q}"
+        key = f"{self.prefix}/{q}"
         return json.loads(self.store.get(key)) if self.store.check([key]) else None
 
     def _agree(self, g: str, rec: dict) -> None:
         """check=True: every rank of the group publishes call #k and compares before issuing it."""
         ranks, k = [int(r) for r in g.split(",")], rec["n"]
-        keys = [f"zero_ref/watch/{g}/{k}/{q}" for q in ranks]
+        keys = [f"{self.prefix}/{g}/{k}/{q}" for q in ranks]
         self.store.set(keys[ranks.index(self.rank)], json.dumps(rec))
         try:
             self.store.wait(keys, timedelta(seconds=self.timeout))
@@ -121,7 +123,7 @@ class _Watch:
             raise CollectiveTimeout(self.report()) from None
         heads = {q: json.loads(self.store.get(key)) for q, key in zip(ranks, keys)}
         if k > 1:
-            self.store.delete_key(f"zero_ref/watch/{g}/{k - 1}/{self.rank}")  # every peer is past call k-1
+            self.store.delete_key(f"{self.prefix}/{g}/{k - 1}/{self.rank}")  # every peer is past call k-1
         # Shapes must match except in all_to_all (uneven splits are legal there).
         sig = {q: (h["op"], "" if h["op"] == "all_to_all" else h["shape"]) for q, h in heads.items()}
         if len(set(sig.values())) > 1:
@@ -132,7 +134,8 @@ class _Watch:
         """Where this rank waits and what every rank of that group last called on it."""
         g, me = self.current, self.last[self.current]
         where = "point-to-point" if g == "p2p" else f"ranks [{g.replace(',', ', ')}]"
-        lines = [f"rank {self.rank} {how or f'waited more than {self.timeout:g} s in'} {me['op']} #{me['n']} on {where}"]
+        how = how or f"waited more than {self.timeout:g} s in"
+        lines = [f"rank {self.rank} {how} {me['op']} #{me['n']} on {where}"]
         behind, differ, ahead = [], [], []
         for q in ([self.rank] if g == "p2p" else [int(r) for r in g.split(",")]):
             peer = {"calls": self.calls, "last": self.last, "state": "this rank"} if q == self.rank else self._peer(q)
@@ -150,12 +153,14 @@ class _Watch:
                 differ.append(f"rank {q} {last['op']} ({last['shape']})")
         if behind:
             lines.append(f"diagnosis: rank {', '.join(behind)} never issued call #{me['n']} on {where}: different "
-                         "control flow on different ranks (a collective skipped, a loop that ran fewer times, an early exit)")
+                         "control flow on different ranks (a collective skipped, a loop that ran fewer times, "
+                         "an early exit)")
         elif differ:
             lines.append(f"diagnosis: call #{me['n']} differs: rank {self.rank} {me['op']} ({me['shape']}) vs "
                          + ", ".join(differ))
         elif ahead:
-            lines.append(f"diagnosis: rank {', '.join(ahead)} made more calls on {where}: an earlier call was mismatched")
+            lines.append(f"diagnosis: rank {', '.join(ahead)} made more calls on {where}: "
+                         "an earlier call was mismatched")
         elif g != "p2p":
             lines.append("diagnosis: every rank issued this call and it did not complete (a dead or stuck peer)")
         return "\n".join(lines)
@@ -169,7 +174,8 @@ class _Watch:
                 return True
             f = f.f_back
         rec = self.last.get(self.current)
-        return bool(top and rec and rec["async"] and ".wait(" in linecache.getline(top.f_code.co_filename, top.f_lineno))
+        return bool(top and rec and rec["async"]
+                    and ".wait(" in linecache.getline(top.f_code.co_filename, top.f_lineno))
 
     def run(self) -> None:
         """Publish this rank's record when it changes; every ``poll`` s, check for a stuck collective."""
@@ -197,6 +203,7 @@ class _Watch:
 
 
 _active: list[_Watch] = []
+_sessions = [0]  # watched blocks entered by this process (the same count on every rank)
 
 
 @contextmanager
@@ -217,7 +224,8 @@ def watch_collectives(timeout: float = 60.0, *, check: bool = False, poll: float
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     if _active:
         raise ValueError("watch_collectives is already active in this process")
-    w = _Watch(float(timeout), check, poll or min(1.0, timeout / 10))
+    _sessions[0] += 1
+    w = _Watch(float(timeout), check, poll or min(1.0, timeout / 10), _sessions[0])
     _active.append(w)
     comm._hooks.append(w.hook)
     thread = threading.Thread(target=w.run, name="zero_ref-watchdog", daemon=True)
