@@ -21,8 +21,9 @@ Collectives of S bytes over n ranks on a link of bandwidth B (after efficiency) 
 terms the tree never loses (⌈log2 n⌉ ≤ n − 1); calibrating ``tree_bw_efficiency`` below 1 makes the
 ring win for large messages. Every constant lives in ``Costs`` and can be overridden.
 
-ZeRO-3's data-parallel collectives (the parameter all-gathers and the gradient reduce-scatters of
-a stage-3 plan) reach only ``zero3_efficiency`` of that bandwidth. Narayanan et al.'s ZeRO-3 runs
+ZeRO-3's data-parallel collectives across nodes (the parameter all-gathers and the gradient
+reduce-scatters of a stage-3 plan over InfiniBand) reach only ``zero3_efficiency`` of that
+bandwidth; inside a node (NVLink) they run as any other collective. Narayanan et al.'s ZeRO-3 runs
 (Table 2: DeepSpeed 2021 on Selene, 384 to 2240 A100s) move each GPU's 3 × 2Ψ bytes per step at
 about one HDR NIC's 25 GB/s, not at the ≈ 190 GB/s bus bandwidth NCCL's rings reach over a
 DGX A100's eight NICs (their 175B step stays at 66.7 s from 768 to 1536 GPUs while the compute
@@ -134,7 +135,7 @@ class Costs:
     parameters per second CPU Adam updates on one node (shared by its GPUs). ``adam_bytes_per_param``:
     HBM bytes the GPU optimizer reads + writes per parameter (None: 2·K + grad + param bytes).
     ``zero3_efficiency``: the share of that collective bandwidth ZeRO-3's data-parallel gathers and
-    reduce-scatters reach (see the module docstring; 1 = as fast as any other collective).
+    reduce-scatters across nodes reach (see the module docstring; 1 = as fast as any other collective).
     ``efficiency_by_gpu``: (GPU preset name, GEMM efficiency) pairs for GPUs whose efficiency was
     measured apart from ``efficiency`` (a V100's software and kernels reach a smaller share of its
     peak than an A100's: the fit cannot be carried across generations); others use ``efficiency``.
@@ -216,10 +217,10 @@ class CostModel:
         return link.size, c.alpha_ib, link.bandwidth * c.ib_efficiency
 
     def gather_params(self, axis: str) -> tuple[int, float, float]:
-        """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, at
-        ``zero3_efficiency`` of the bandwidth (see the module docstring)."""
+        """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, across
+        nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring)."""
         n, a, bw = self.link_params(axis)
-        if axis == "dp" and self.plan.zero_stage == 3:
+        if axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib":
             bw *= self.costs.zero3_efficiency
         return n, a, bw
 

@@ -110,7 +110,7 @@ def test_tp_collectives_block_the_next_compute_and_p2p_sends_one_tp_share():
 def test_zero3_backward_gathers_wait_for_the_previous_layer_and_only_zero3_collectives_slow_down():
     """ZeRO-3: the forward prefetches the next layer's gather during a layer's compute; the backward
     issues it when the previous layer's backward has ended (sim.graph's BACKWARD_GATHER). And
-    zero3_efficiency stretches the bandwidth term of ZeRO-3's DP collectives only."""
+    zero3_efficiency stretches the bandwidth term of ZeRO-3's DP collectives across nodes only."""
     model = sim.Model("small", layers=6, hidden=512, heads=8, vocab=1000, seq=256)
     plan = sim.Plan(zero_stage=3, dp=8, num_microbatches=1)
     cluster = sim.Cluster.preset("A100-80GB", nodes=2, gpus_per_node=4)
@@ -130,6 +130,9 @@ def test_zero3_backward_gathers_wait_for_the_previous_layer_and_only_zero3_colle
     base = CostModel(cluster, plan, sim.Costs())
     n, a, bw = base.link_params("dp")
     assert cm.duration(("all_gather", 1e9, "dp", 1)) == pytest.approx((n - 1) * a + (n - 1) / n * 1e9 / (bw * 0.25))
+    one_node = sim.Cluster.preset("A100-80GB", nodes=1)  # over NVLink ZeRO-3 gathers like any collective
+    assert (CostModel(one_node, plan, sim.Costs(zero3_efficiency=0.25)).duration(("all_gather", 1e9, "dp", 1))
+            == CostModel(one_node, plan, sim.Costs()).duration(("all_gather", 1e9, "dp", 1)))
     zero1 = sim.Plan(zero_stage=1, dp=8)
     assert (CostModel(cluster, zero1, sim.Costs(zero3_efficiency=0.25)).duration(("all_gather", 1e9, "dp", 1))
             == CostModel(cluster, zero1, sim.Costs()).duration(("all_gather", 1e9, "dp", 1)))
