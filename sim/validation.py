@@ -26,11 +26,11 @@ def family_mape(validation, family: str) -> float:
 
 def table(validation, fit=None) -> str:
     """Per-row lines (calibration rows first, marked) and the MAPE lines, overall and per family."""
-    lines = [f"{'run':34s} {'family':8s} {'time s':>8s} {'sim s':>8s} {'err':>7s} {'TFLOP/s':>8s} {'sim':>7s}"
+    lines = [f"{'run':38s} {'family':8s} {'time s':>8s} {'sim s':>8s} {'err':>7s} {'TFLOP/s':>8s} {'sim':>7s}"
              f" {'err':>7s}"]
     for r in validation.rows:
         mark = " (fit)" if fit is not None and r.name in fit.rows else ""
-        lines.append(f"{r.name + mark:34s} {get(r.name).family:8s} {r.measured_time:8.2f} {r.predicted_time:8.2f} "
+        lines.append(f"{r.name + mark:38s} {get(r.name).family:8s} {r.measured_time:8.2f} {r.predicted_time:8.2f} "
                      f"{r.time_error:+7.1%} {r.measured_tflops:8.1f} {r.predicted_tflops:7.1f} {r.tflops_error:+7.1%}")
     held = calibrate.Validation(validation.costs, [r for r in validation.rows
                                                    if fit is None or r.name not in fit.rows])
