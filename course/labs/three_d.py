@@ -3,8 +3,8 @@
     torchrun --nproc-per-node 8 -m course.labs.three_d --tp 2 --pp 2 --steps 40 --out loss.json
 
 dp = world size / (tp · pp). The model is a byte-level GPT (vocabulary 256) trained on this
-repository's own syllabus text (course/syllabus.py, English and Chinese as UTF-8 bytes): real text,
-so the loss falls. Every rank builds the same model (same seed); ``ThreeD`` keeps this rank's
+course's chapter titles and goals (course/labs/corpus.txt, English and Chinese as UTF-8 bytes): real
+text, so the loss falls; a fixed file, so the lab's curve does not move when the course is edited. Every rank builds the same model (same seed); ``ThreeD`` keeps this rank's
 tensor-parallel shard of its pipeline stage and puts ZeRO-1 over the data-parallel group.
 
 Rank 0 writes the loss curve (JSON) and prints it. ``--check`` also trains the single-process model
@@ -31,7 +31,7 @@ from zero_ref.measure import unique_storage_bytes
 from zero_ref.models import GPT, GPTConfig
 from zero_ref.optim import AdamConfig
 
-TEXT = Path(__file__).resolve().parents[1] / "syllabus.py"
+TEXT = Path(__file__).resolve().parent / "corpus.txt"
 CFG = GPTConfig(vocab_size=256, seq_len=32, d_model=64, n_heads=4, n_layers=4)
 ADAM = AdamConfig(lr=3e-3, weight_decay=0.1, eps=1e-6)
 
