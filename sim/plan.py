@@ -121,7 +121,8 @@ class Plan:
             overlap_comm=_flag(zero, "overlap_comm", stage == 3),
             reduce_bucket_size=_count(zero, "reduce_bucket_size", 500_000_000),
             allgather_bucket_size=_count(zero, "allgather_bucket_size", 500_000_000),
-            gradient_clipping=config.get("gradient_clipping", 0.0),
+            # DeepSpeed 0.19.8's code default (its older docs say 0): clipping on unless the config says 0.
+            gradient_clipping=config.get("gradient_clipping", 1.0),
         )
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:

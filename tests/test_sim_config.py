@@ -101,3 +101,11 @@ def test_simulate_checks_the_combination():
         sim.simulate(model, sim.Cluster.preset("V100-32GB"), sim.Plan(dp=8))
     with pytest.raises(TypeError, match="sim.Model"):
         sim.simulate("gpt3-125m", cluster, sim.Plan(dp=8))
+
+
+def test_from_deepspeed_takes_deepspeeds_code_default_for_clipping():
+    """DeepSpeed 0.19.8 clips at 1.0 when the config is silent (zero_ref.config agrees); 0 turns it off."""
+    from zero_ref import config as ds_config
+    base = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1}
+    assert sim.Plan.from_deepspeed(base, 8).gradient_clipping == ds_config.parse(base).gradient_clipping == 1.0
+    assert sim.Plan.from_deepspeed({**base, "gradient_clipping": 0}, 8).gradient_clipping == 0
