@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The orders live in zero_ref.schedules (torch-free), which the real pipeline runs too.
+from zero_ref.schedules import SCHEDULES, check_schedule, stage_order, warmup_count  # noqa: F401
+
 
 def _check(p: int, m: int, v: int = 1) -> None:
     for name, value in (("stages", p), ("microbatches", m), ("virtual", v)):
@@ -47,63 +50,6 @@ class Slot:
     start: float
     end: float
     chunk: int = 0
-
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-
-
-def _check_schedule(schedule: str, p: int, m: int, v: int) -> None:
-    _check(p, m, v)
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {schedule!r}")
-    if v > 1 and schedule != "interleaved":
-        raise ValueError(f"virtual={v} needs schedule='interleaved', got {schedule!r}")
-    if schedule == "interleaved" and m % p:
-        raise ValueError(f"the interleaved schedule needs microbatches ({m}) to be a multiple of stages ({p})")
-
-
-def warmup_count(schedule: str, stages: int, microbatches: int, stage: int, virtual: int = 1) -> int:
-    """Forwards a stage runs before its first backward (Megatron's counts).
-
-    GPipe: all m. 1F1B: p − s − 1. Interleaved: 2(p − s − 1) + (v − 1)·p model-chunk forwards.
-    Capped at the number of forwards the stage runs (v·m).
-    """
-    p, m, v, s = stages, microbatches, virtual, stage
-    if schedule == "gpipe":
-        return m
-    if schedule == "1f1b":
-        return min(p - s - 1, m)
-    return min(2 * (p - s - 1) + (v - 1) * p, v * m)
-
-
-def stage_order(schedule: str, stages: int, microbatches: int, stage: int,
-                virtual: int = 1) -> list[tuple[str, int, int]]:
-    """The (kind, microbatch, chunk) ops one stage runs, in order: warm-up, steady 1F1B, cool-down.
-
-    GPipe runs every forward, then every backward (last micro-batch first). 1F1B runs p − s − 1
-    warm-up forwards, then alternates one forward and one backward, then drains the backwards.
-    Interleaved 1F1B (Megatron) does the same over v·m chunk-forwards: the k-th forward is
-    micro-batch (k // pv)·p + k % p of chunk (k % pv) // p; backwards visit chunks in reverse.
-    """
-    p, m, v = stages, microbatches, virtual
-    _check_schedule(schedule, p, m, v)
-    if not 0 <= stage < p:
-        raise ValueError(f"stage must be in [0, {p}), got {stage}")
-    if schedule == "gpipe":
-        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in reversed(range(m))]
-
-    def forward(k: int) -> tuple[str, int, int]:
-        return "F", (k // (p * v)) * p + k % p, (k % (p * v)) // p
-
-    def backward(k: int) -> tuple[str, int, int]:
-        return "B", (k // (p * v)) * p + k % p, v - 1 - (k % (p * v)) // p
-
-    total, warmup = v * m, warmup_count(schedule, p, m, stage, v)
-    order = [forward(k) for k in range(warmup)]                      # warm-up
-    for k in range(total - warmup):                                  # steady state: 1F1B
-        order += [forward(warmup + k), backward(k)]
-    order += [backward(k) for k in range(total - warmup, total)]     # cool-down
-    return order
 
 
 def dependency(kind: str, stage: int, microbatch: int, chunk: int, stages: int, virtual: int):

@@ -51,9 +51,9 @@ def test_interleaved_unit_timeline_matches_the_closed_form(p, k, v, t_f, t_b):
 
 
 def test_bad_schedules_are_named():
-    with pytest.raises(ValueError, match="multiple of stages"):
+    with pytest.raises(ValueError, match="multiple of the number of stages"):
         sim.stage_order("interleaved", 4, 6, 0, virtual=2)
-    with pytest.raises(ValueError, match="virtual=2 needs"):
+    with pytest.raises(ValueError, match="virtual=2 chunks per stage need"):
         sim.schedule_order("1f1b", 4, 8, 2)
     with pytest.raises(ValueError, match="schedule must be one of"):
         sim.pipeline_timeline(4, 8, "zb-h1")

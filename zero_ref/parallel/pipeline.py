@@ -31,8 +31,7 @@ import torch.nn as nn
 
 from zero_ref import comm
 from zero_ref.parallel.partition import GPTStage, partition, split_gpt  # noqa: F401  (re-exported)
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+from zero_ref.schedules import SCHEDULES, check_schedule, stage_order, warmup_count  # noqa: F401  (re-exported)
 
 ZERO_WITH_PP = (
     "ZeRO stage {stage} cannot be combined with pipeline parallelism (DeepSpeed's PipelineEngine refuses it "
@@ -42,69 +41,6 @@ ZERO_WITH_PP = (
     "data-parallel traffic of ZeRO-1. ZeRO-3 would also all-gather the stage's parameters for every "
     "micro-batch's forward and backward: 2m gathers per step instead of one. Use ZeRO-1 (stage=1) over the "
     "data-parallel group.")
-
-
-# --------------------------------------------------------------------------- schedules
-
-
-def check_schedule(schedule: str, stages: int, microbatches: int, virtual: int = 1) -> None:
-    """Raise ValueError if the schedule cannot run p stages × m micro-batches × v chunks.
-
-    GPipe and 1F1B run any m ≥ 1 (with m < p most of the step is bubble: (p − 1)/(m + p − 1) ≥ 1/2;
-    torch's Schedule1F1B refuses m < p). The interleaved schedule needs m to be a multiple of p, as
-    Megatron-LM requires: its forwards go round the p stages in groups of p micro-batches per chunk.
-    """
-    for name, value in (("stages", stages), ("microbatches", microbatches), ("virtual", virtual)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"pipeline: {name} must be a positive integer, got {value!r}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"pipeline: schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if virtual > 1 and schedule != "interleaved":
-        raise ValueError(f"pipeline: virtual={virtual} chunks per stage need schedule='interleaved', got {schedule!r}")
-    if schedule == "interleaved" and microbatches % stages:
-        raise ValueError(f"pipeline: the interleaved schedule needs the number of micro-batches ({microbatches}) "
-                         f"to be a multiple of the number of stages ({stages}) (Megatron-LM's rule: 'number of "
-                         f"microbatches is not divisible by pipeline-parallel size when using interleaved schedule')")
-
-
-def warmup_count(schedule: str, stages: int, microbatches: int, stage: int, virtual: int = 1) -> int:
-    """Forwards stage s runs before its first backward: GPipe m; 1F1B p − s − 1; interleaved
-    2(p − s − 1) + (v − 1)·p (Megatron's count); never more than the v·m forwards it has."""
-    p, m, v, s = stages, microbatches, virtual, stage
-    if schedule == "gpipe":
-        return m
-    if schedule == "1f1b":
-        return min(p - s - 1, m)
-    return min(2 * (p - s - 1) + (v - 1) * p, v * m)
-
-
-def stage_order(schedule: str, stages: int, microbatches: int, stage: int,
-                virtual: int = 1) -> list[tuple[str, int, int]]:
-    """The (kind, microbatch, chunk) ops stage s runs, in order, written as three phases.
-
-    GPipe: every forward, then every backward. 1F1B and interleaved: a warm-up of forwards, a
-    steady state alternating one forward and one backward, a cool-down of the remaining backwards.
-    With v chunks the k-th forward is micro-batch (k // pv)·p + k % p of chunk (k % pv) // p:
-    the micro-batches go round in groups of p, chunk after chunk; backwards visit chunks in reverse.
-    """
-    p, m, v = stages, microbatches, virtual
-    check_schedule(schedule, p, m, v)
-    if not 0 <= stage < p:
-        raise ValueError(f"pipeline: stage must be in [0, {p}), got {stage}")
-    if schedule == "gpipe":
-        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in reversed(range(m))]
-
-    def fwd(k):
-        return "F", (k // (p * v)) * p + k % p, (k % (p * v)) // p
-
-    def bwd(k):
-        return "B", (k // (p * v)) * p + k % p, v - 1 - (k % (p * v)) // p
-
-    total, warmup = v * m, warmup_count(schedule, p, m, stage, v)   # counts computed up front
-    ops = [fwd(k) for k in range(warmup)]                               # warm-up
-    for k in range(total - warmup):                                     # steady state: 1F1B
-        ops += [fwd(warmup + k), bwd(k)]
-    return ops + [bwd(k) for k in range(total - warmup, total)]        # cool-down
 
 
 # --------------------------------------------------------------------------- running a step
