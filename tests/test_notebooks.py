@@ -6,6 +6,7 @@ first chapter's reference also goes through the grader and passes every task. Th
 comparison of every reference notebook (which is what "the reference passes") is a separate run: ``pytest --nbval notebooks/ --nbval-sanitize-with course/nbval_sanitize.cfg``.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -16,18 +17,32 @@ from course import assign, build
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("ch*.ipynb"))
 
 
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    """Every chapter's student release, graded two at a time (each grade is an nbval subprocess, mostly
+    single-threaded: two keep both cores busy); each test waits only for its own chapter."""
+    folder = tmp_path_factory.mktemp("release")
+    pool = ThreadPoolExecutor(2)
+
+    def grade_release(path):
+        student = folder / path.name
+        nbformat.write(assign.make_release(nbformat.read(path, as_version=4)), student)
+        return assign.grade(student, path)
+
+    yield {path: pool.submit(grade_release, path) for path in NOTEBOOKS}
+    pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_contract_and_grading(path, tmp_path):
+def test_notebook_contract_and_grading(path, released):
     assert build.check_file(path) == [], f"{path.name}: run python -m course.build --check"
 
     reference = nbformat.read(path, as_version=4)
     tasks = assign.graded_tasks(reference)
-    student = tmp_path / path.name
-    nbformat.write(assign.make_release(reference), student)
-    released = assign.grade(student, path)
-    assert set(released.tasks) == tasks
-    passing = {t: r.reason for t, r in released.tasks.items() if r.passed}
+    report = released[path].result()
+    assert set(report.tasks) == tasks
+    passing = {t: r.reason for t, r in report.tasks.items() if r.passed}
     assert not passing, f"{path.name}: these checks pass on the stub: {sorted(passing)}"
 
     if path == NOTEBOOKS[0]:
