@@ -51,3 +51,11 @@ def test_notebook_contract_and_grading(path, released):
         solved = assign.grade(path, path)
         failing = {t: r.reason for t, r in solved.tasks.items() if not r.passed}
         assert set(solved.tasks) == tasks and not failing, f"{path.name}: reference fails {failing}"
+
+
+def test_every_syllabus_chapter_has_its_notebook():
+    """Thirty chapters in the syllabus, thirty notebooks, the same names (the contract test above then
+    checks each one's goals, sections, misconceptions, exercises, graded checks and summary)."""
+    from course.syllabus import CHAPTERS
+
+    assert [p.name for p in NOTEBOOKS] == [ch.notebook for ch in CHAPTERS]
