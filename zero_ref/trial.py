@@ -21,14 +21,9 @@ fitted simulator predicts the trial directly: ``fit.predict(run)``.
 from __future__ import annotations
 
 import statistics
-import time
 
 from zero_ref.launcher import launch
-from zero_ref.profile import COURSE_GPT  # 4 blocks, d 256, vocab 1024, seq 64: 3.44M parameters
-
-
-def _clocks() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
+from zero_ref.profile import COURSE_GPT, _clocks  # COURSE_GPT: 4 blocks, d 256, vocab 1024, seq 64: 3.44M params
 
 
 def _trial_rank(rank, world, config, model, steps, warmup, seed):
