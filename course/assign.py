@@ -96,10 +96,17 @@ def solution_regions(source: str) -> list[tuple[int, int]]:
 
 # --- release --------------------------------------------------------------------------------
 
-def make_release(nb, name: str = "notebook"):
+def make_release(nb, name: str = "notebook", answers: dict[str, str] | None = None):
     """Student copy of a reference notebook: solution regions become
-    ``raise NotImplementedError("Task N.M")`` at the region's indentation; outputs cleared."""
+    ``raise NotImplementedError("Task N.M")`` at the region's indentation; outputs cleared.
+
+    ``answers`` maps task ids to code that a student might write instead (indented like the
+    region): a release with some tasks answered, to show that a correct answer in another style passes."""
     nb = copy.deepcopy(nb)
+    answers = dict(answers or {})
+    unknown = set(answers) - {t for c in nb.cells if "solution" in tags(c) for t in task_ids(c)}
+    if unknown:
+        raise NotebookError(f"{name}: no solution cell for task(s) {sorted(unknown)}")
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
@@ -120,9 +127,14 @@ def make_release(nb, name: str = "notebook"):
                 raise NotebookError(f"{name}: {where(cell, i)}: solution cell has no "
                                     f"{BEGIN} region")
             lines = cell.source.splitlines()
+            answer = answers.get(ids[0])
+            if answer is not None and len(regions) != 1:
+                raise NotebookError(f"{name}: {where(cell, i)}: an answer replaces one solution region, "
+                                    f"task {ids[0]} has {len(regions)}")
             for begin, end in reversed(regions):
                 indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
-                lines[begin:end + 1] = [f'{indent}raise NotImplementedError("Task {ids[0]}")']
+                stub = [f'raise NotImplementedError("Task {ids[0]}")'] if answer is None else answer.splitlines()
+                lines[begin:end + 1] = [indent + line if line.strip() else "" for line in stub]
             cell.source = "\n".join(lines)
         cell.outputs, cell.execution_count = [], None
         cell.metadata.pop("execution", None)

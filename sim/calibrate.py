@@ -58,6 +58,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+from statistics import fmean
+
 import numpy as np
 
 from sim.cost import CostModel, Costs, layer_elementwise_bytes, layer_forward_flops
@@ -158,8 +161,13 @@ def fit(rows=CALIBRATION, base: Costs | None = None, params=PARAMS, *, tol: floa
         x, r = x + step, r_new
         if np.abs(step).max() < tol or r @ r < tol**2:
             break
-    values = dict(zip(params, map(float, np.exp(x))))
-    return Fit(with_params(base, values), values, tuple(run.name for run in runs), r, J, it)
+    # numpy's exp, log and lstsq differ in the last bits from one instruction set to another (AVX-512 has
+    # its own exp and log); rounded to 6 significant digits, far below what the rows can tell apart, the
+    # fitted costs, and every simulation run with them, are the same on every CPU.
+    values = {p: float(f"{v:.6g}") for p, v in zip(params, np.exp(x))}
+    costs = with_params(base, values)
+    r = np.array([math.log(predict(run, costs, g) / run.measured_time) for run, g in zip(runs, graphs)])
+    return Fit(costs, values, tuple(run.name for run in runs), r, J, it)
 
 
 def calibrate(rows=CALIBRATION, base: Costs | None = None, params=PARAMS) -> Costs:
@@ -198,11 +206,11 @@ class Validation:
 
     @property
     def mape_time(self) -> float:
-        return float(np.mean([abs(r.time_error) for r in self.rows]))
+        return fmean(abs(r.time_error) for r in self.rows) if self.rows else math.nan
 
     @property
     def mape_tflops(self) -> float:
-        return float(np.mean([abs(r.tflops_error) for r in self.rows]))
+        return fmean(abs(r.tflops_error) for r in self.rows) if self.rows else math.nan
 
     def subset(self, prefix: str) -> "Validation":
         return Validation(self.costs, [r for r in self.rows if r.name.startswith(prefix)])

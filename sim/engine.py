@@ -8,8 +8,10 @@ which agrees with this one node for node on contention-free graphs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from statistics import fmean  # exactly rounded (fsum): the same on every CPU, unlike numpy's SIMD sums
 from typing import NamedTuple
 
 import numpy as np
@@ -107,7 +109,7 @@ class SimResult:
         """Idle share of the step by cause, averaged over stages: 'fill/drain 18.2% · p2p 0.4% · ...'."""
         if self.step_time <= 0:
             return "idle: none"
-        share = {c: float(np.mean(v)) / self.step_time for c, v in self.idle.items()}
+        share = {c: fmean(v) / self.step_time for c, v in self.idle.items()}
         parts = [f"{CAUSE_LABELS[c]} {share[c]:.1%}" for c in CAUSES if share[c] >= 5e-4]
         return "idle by cause: " + (", ".join(parts) if parts else "none")
 
@@ -163,13 +165,13 @@ def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = N
     busy = {name: np.bincount(stage[stream == k], weights=dur[stream == k], minlength=plan.pp)
             for k, name in enumerate(STREAMS)}
     compute = busy["compute"]
-    bubble = float(np.mean(1 - compute / step)) if step > 0 else 0.0
+    bubble = fmean(1 - compute / step) if step > 0 else 0.0
 
     model_flops = model_flops_per_step(model, plan.global_batch, head=head)
     tflops = model_flops / (cluster.world_size * step) / 1e12 if step > 0 else 0.0
     works = graph.works
     flops = np.asarray([w[1] if w[0] == "compute" else 0.0 for w in works])[np.asarray(graph.work)]
-    hw_flops_per_gpu = flops.sum() / plan.pp  # every stage's rank, averaged
+    hw_flops_per_gpu = math.fsum(flops) / plan.pp  # every stage's rank, averaged
     peak = cluster.gpu.peak_flops
     mem = memory_timeline(graph, start, end, static)
     return SimResult(model, cluster, plan, costs, graph, start, end, step, tflops, tflops * 1e12 / peak,

@@ -12,7 +12,7 @@ ZeRO-3 and V100 constants existed (two constants, prefetched backward gathers), 
 """
 from __future__ import annotations
 
-import numpy as np
+from statistics import fmean
 
 from sim import calibrate, graph
 from sim.published import FAMILIES, get
@@ -21,7 +21,7 @@ from sim.published import FAMILIES, get
 def family_mape(validation, family: str) -> float:
     """Mean absolute time error of ``validation``'s rows of one family (nan if it has none)."""
     errs = [abs(r.time_error) for r in validation.rows if get(r.name).family == family]
-    return float(np.mean(errs)) if errs else float("nan")
+    return fmean(errs) if errs else float("nan")
 
 
 def table(validation, fit=None) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import io
+from statistics import fmean
 
 from sim.config import GPUS, MODELS, Cluster, Model
 from sim.cost import Costs
@@ -72,7 +73,7 @@ def summary_text(r: SimResult) -> str:
     pl, gib = r.plan, 2**30
     off = "none" if pl.offload_optimizer == "none" else f"optimizer → {pl.offload_optimizer}" + (
         f", params → {pl.offload_param}" if pl.offload_param != "none" else "")
-    share = {c: float(r.idle[c].mean()) / r.step_time if r.step_time else 0.0 for c in CAUSES}
+    share = {c: fmean(r.idle[c]) / r.step_time if r.step_time else 0.0 for c in CAUSES}
     stage = max(range(pl.pp), key=lambda s: r.peak_memory[s]["total"])
     peak = r.peak_memory[stage]
     parts = ", ".join(f"{name} {peak[c] / gib:.1f}" for c, name in (

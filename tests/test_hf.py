@@ -7,8 +7,8 @@ tensors re-gathered several times per pass; a factorized, tied embedding). Two g
 3 optimizer steps of 2 micro-batches each through ``zero_ref.engine.initialize`` at stages 0-3, with
 the config a Trainer user writes (``"auto"`` values) filled by ``zero_ref.hf.fill_auto``; ZeRO-3 builds
 the model under ``zero_ref.hf.Init``. The weights equal torch AdamW + clip_grad_norm_ in one process on
-the same global batch to 1e-6 relative to each tensor's scale (ALBERT: 1e-5, see TOL; they differ by
-summation order only;
+the same global batch to 1e-5 relative to each tensor's scale (see TOL: they differ by summation
+order only;
 rank 0's loss is exactly the mean of its micro-batches, and every micro-batch has the same token
 count, so the mean of the ranks' means is the global mean). The clipping is active (norm > 0.5).
 """
@@ -96,9 +96,13 @@ def train(rank, world, kind: str, stage: int) -> dict:
 
 
 RUNS = [("gpt2", s) for s in (0, 1, 2, 3)] + [("llama", s) for s in (0, 3)] + [("albert", s) for s in (0, 3)]
-# ALBERT sums each shared weight's gradient over its 3 uses, and summing in another order (two ranks
-# vs one process) moves its weights by up to 2e-6 after 3 steps, at stage 0 (plain all-reduce) as at 3.
-TOL = {"gpt2": 1e-6, "llama": 1e-6, "albert": 1e-5}
+# Relative to each tensor's scale. The runs differ from the reference only in fp32 summation order (two
+# ranks vs one process, and each CPU's kernels: AVX-512, AVX2 and ATen's default set sum differently).
+# AdamW normalises every update to about lr = 1e-2, so a rounding-sized change in a gradient entry near zero
+# moves its weight by up to lr times that entry's relative change: 1.75e-6 measured after 3 steps on AVX2
+# (1e-7 on AVX-512). ALBERT sums each shared weight's gradient over its 3 uses: up to 2e-6 at stage 0 (plain
+# all-reduce) as at 3. 1e-5 leaves room for both; a wrong average, clip or shard is off by ~1e-2 a step.
+TOL = {"gpt2": 1e-5, "llama": 1e-5, "albert": 1e-5}
 
 
 def build_under_init(rank, world) -> dict:

@@ -187,7 +187,9 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
     for name in calibrate.CALIBRATION:
         run = pub.get(name)
         assert calibrate.predict(run, fitted.costs) == pytest.approx(run.measured_time, rel=0.02)
-    assert np.abs(fitted.residuals).max() < 1e-6
+    # exact up to the 6 significant digits the constants are kept to (so that every CPU fits the same ones)
+    assert np.abs(fitted.residuals).max() < 1e-5
+    assert all(float(f"{v:.6g}") == v for v in fitted.values.values())
     # GEMMs at ~70 % of 312 TFLOP/s; collectives at ~58 % of NVLink's 300 GB/s: plausible for A100s
     assert 0.6 < fitted.values["efficiency"] < 0.8
     assert 0.4 < fitted.values["bandwidth"] < 0.8
