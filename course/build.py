@@ -102,6 +102,9 @@ def problems(nb, number: int, title: str | None, executed: bool = True) -> list[
                 found.append(f"{where(cell, i)}: {e}")
         if "graded" in kind and re.search(r"NBVAL_(IGNORE_OUTPUT|SKIP)", cell.source):
             found.append(f"{where(cell, i)}: a graded cell's output must be checked")
+        if "graded" in kind and re.search(r"(?<![\w.])print\(", cell.source):
+            found.append(f"{where(cell, i)}: a graded cell prints through course.canon.echo, not print "
+                         "(so that equal values print the same on every CPU)")
         if "graded" in kind and executed and cell.execution_count is None:
             found.append(f"{where(cell, i)}: graded cell was not executed "
                          "(run python -m course.build)")

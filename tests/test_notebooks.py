@@ -4,7 +4,12 @@ For each ``notebooks/ch*.ipynb``: ``course.build --check`` finds nothing; the st
 fails every graded task (no answer leaks through a check that passes on a stub); the
 first chapter's reference also goes through the grader and passes every task. The strict output
 comparison of every reference notebook (which is what "the reference passes") is a separate run: ``pytest --nbval notebooks/ --nbval-sanitize-with course/nbval_sanitize.cfg``.
+
+Each chapter also has ``tests/alternatives/<notebook>.py``: ``RIGHT``, answers written in another style than
+the reference (they must pass), and ``WRONG``, plausible mistakes (they must fail). They are graded in a second
+release of the chapter where those tasks are answered and every other task is still a stub.
 """
+import runpy
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,21 +20,37 @@ import pytest
 from course import assign, build
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("ch*.ipynb"))
+ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
+
+
+def alternatives(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(RIGHT, WRONG) of a chapter: task id → the code of a solution region."""
+    found = runpy.run_path(str(ALTERNATIVES / f"{path.stem}.py"))
+    return found["RIGHT"], found.get("WRONG", {})
 
 
 @pytest.fixture(scope="module")
-def released(tmp_path_factory):
-    """Every chapter's student release, graded two at a time (each grade is an nbval subprocess, mostly
-    single-threaded: two keep both cores busy); each test waits only for its own chapter."""
+def released(tmp_path_factory, request):
+    """Every chapter's student release and its release with the alternative answers, graded two at a time
+    (each grade is an nbval subprocess, mostly single-threaded: two keep both cores busy); each test waits
+    only for its own chapter."""
     folder = tmp_path_factory.mktemp("release")
     pool = ThreadPoolExecutor(2)
 
-    def grade_release(path):
-        student = folder / path.name
-        nbformat.write(assign.make_release(nbformat.read(path, as_version=4)), student)
+    def grade_release(path, answers, kind):
+        student = folder / kind / path.name
+        student.parent.mkdir(exist_ok=True)
+        nbformat.write(assign.make_release(nbformat.read(path, as_version=4), str(path), answers), student)
         return assign.grade(student, path)
 
-    yield {path: pool.submit(grade_release, path) for path in NOTEBOOKS}
+    selected = {item.callspec.params["path"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_notebook_contract_and_grading"}
+    jobs = {}
+    for path in (p for p in NOTEBOOKS if p in selected):  # only the chapters this run tests (-k)
+        right, wrong = alternatives(path)
+        jobs[path] = (pool.submit(grade_release, path, {}, "stub"),
+                      pool.submit(grade_release, path, {**right, **wrong}, "answered"))
+    yield jobs
     pool.shutdown(cancel_futures=True)
 
 
@@ -40,10 +61,18 @@ def test_notebook_contract_and_grading(path, released):
 
     reference = nbformat.read(path, as_version=4)
     tasks = assign.graded_tasks(reference)
-    report = released[path].result()
-    assert set(report.tasks) == tasks
-    passing = {t: r.reason for t, r in report.tasks.items() if r.passed}
+    stub, answered = (job.result() for job in released[path])
+    assert set(stub.tasks) == set(answered.tasks) == tasks
+    passing = {t: r.reason for t, r in stub.tasks.items() if r.passed}
     assert not passing, f"{path.name}: these checks pass on the stub: {sorted(passing)}"
+
+    right, wrong = alternatives(path)
+    assert right and not set(right) & set(wrong), f"{path.name}: at least one RIGHT answer, none also WRONG"
+    result = {t: r.passed for t, r in answered.tasks.items()}
+    failing = {t: answered.tasks[t].reason for t in right if not result[t]}
+    assert not failing, f"{path.name}: correct answers in another style fail: {failing}"
+    passing = sorted(t for t in tasks - set(right) if result[t])
+    assert not passing, f"{path.name}: wrong answers (or stubs) pass: {passing}"
 
     if path == NOTEBOOKS[0]:
         # The reference passing its own checks is what the strict nbval run of every notebook shows;
