@@ -41,5 +41,9 @@ pip install -r requirements-dev.txt
 # torch installed above; build isolation would fetch a second, multi-GB torch.
 pip install --no-build-isolation -r requirements-peers.txt
 pip install --no-deps --no-build-isolation -e .
+# DeepSpeed on CPU compiles its shared-memory collective op (C++, about a minute) the first time an engine
+# starts; build it now, into ~/.cache/torch_extensions, so no test or notebook pays for it inside its budget.
+DS_ACCELERATOR=cpu "$VENV/bin/python" -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" \
+  >/dev/null 2>&1 || echo "warning: DeepSpeed's shm op did not build; the first DeepSpeed run will try again" >&2
 echo "$want" > "$stamp"
 echo "Environment ready: $VENV"
