@@ -174,9 +174,11 @@ def new_notebook(n: int):
         code("def adam_state_bytes(n_params):\n"
              f"    {BEGIN}\n    return 2 * 4 * n_params\n    {END}",
              id=f"task-{n}-1-solution", metadata={"tags": ["solution", f"task-{task}"]}),
-        code("# Graded: prints rounded results, asserts against an independent computation.\n"
+        code("# Graded: prints through course.canon (the same text on every CPU), asserts against an\n"
+             "# independent computation.\n"
              "import struct\n"
-             "print(f\"{adam_state_bytes(7_000_000_000) / 2**30:.2f} GiB\")\n"
+             "from course.canon import echo\n"
+             "echo(adam_state_bytes(7_000_000_000) / 2**30, \"GiB\", digits=4)\n"
              "assert adam_state_bytes(1000) == 2 * struct.calcsize('f') * 1000, 'two fp32 tensors'",
              id=f"task-{n}-1-graded", metadata={"tags": ["graded", f"task-{task}"]}),
         md("## Summary\n\n- ...", id="summary"),

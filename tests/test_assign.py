@@ -232,6 +232,8 @@ def test_check_accepts_the_fixture_and_catches_a_wrong_title(syllabus, tmp_path,
      "has no ### END SOLUTION"),
     (lambda nb: [c.metadata.update(tags=[]) for c in nb.cells[1:]], "no graded cell"),
     (lambda nb: cell(nb, "task-99-2-graded").update(execution_count=None), "was not executed"),
+    (lambda nb: cell(nb, "task-99-2-graded").update(source="print(shard_sizes(10, 4))"),
+     "prints through course.canon.echo, not print"),
 ])
 def test_check_names_each_problem(edit, problem):
     nb = reference()
