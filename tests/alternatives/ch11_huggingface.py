@@ -1,0 +1,54 @@
+"""Chapter 11: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
+
+RIGHT = {
+    # a list of every matrix and vector in a layer, head_dim by true division (a float count, equal all the same)
+    "11.1": '''
+h, heads = config.hidden_size, config.num_attention_heads
+head_dim = config.head_dim if config.head_dim else h / heads
+q = heads * head_dim
+kv = (config.num_key_value_heads or heads) * head_dim
+f = config.intermediate_size
+tensors = [h * q, h * kv, h * kv, q * h, h * f, h * f, f * h, h, h]
+if config.attention_bias:
+    tensors += [q, kv, kv, h]
+if config.mlp_bias:
+    tensors += [f, f, h]
+outputs = 1 if config.tie_word_embeddings else 2
+return config.num_hidden_layers * sum(tensors) + outputs * config.vocab_size * h + h
+''',
+}
+
+WRONG = {
+    # a shallow copy: the nested "optimizer" section is the caller's, filled in place
+    "11.2": '''
+config = dict(config)
+rules = [
+    ("train_micro_batch_size_per_gpu", args.per_device_train_batch_size, "per_device_train_batch_size"),
+    ("gradient_accumulation_steps", args.gradient_accumulation_steps, "gradient_accumulation_steps"),
+    ("train_batch_size", args.world_size * args.per_device_train_batch_size * args.gradient_accumulation_steps,
+     "train_batch_size (calculated)"),
+    ("gradient_clipping", args.max_grad_norm, "max_grad_norm"),
+    ("optimizer.params.lr", args.learning_rate, "learning_rate"),
+    ("optimizer.params.betas", [args.adam_beta1, args.adam_beta2], "adam_beta1+adam_beta2"),
+    ("optimizer.params.eps", args.adam_epsilon, "adam_epsilon"),
+    ("optimizer.params.weight_decay", args.weight_decay, "weight_decay"),
+]
+mismatches = []
+for key, value, name in rules:
+    *path, last = key.split(".")
+    node = config
+    for part in path:
+        node = node.get(part)
+        if node is None:
+            break
+    if node is None:
+        continue
+    if node.get(last) == "auto":
+        node[last] = value
+    elif node.get(last) is not None and node[last] != value:
+        mismatches.append(f"- ds {key}={node[last]} vs hf {name}={value}")
+if mismatches:
+    raise ValueError("mismatches:\\n" + "\\n".join(mismatches))
+return config
+''',
+}
