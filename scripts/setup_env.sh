@@ -26,7 +26,21 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
   fi
 fi
 
+# DeepSpeed on CPU compiles its shared-memory collective op (C++, one to three minutes) the first time an
+# engine starts. Build it here, once, so that no test or notebook pays for it inside its time limit; a build
+# killed half-way leaves a lock that would make every later load wait forever, so an old one goes first.
+warm_deepspeed() {
+  local ext="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"
+  [ -n "$(find "$ext" -path '*deepspeed_shm_comm/deepspeed_shm_comm.so' 2>/dev/null)" ] && return 0
+  find "$ext" -path '*deepspeed_shm_comm/lock' -mmin +15 -delete 2>/dev/null || true
+  echo "Building DeepSpeed's CPU shm op (once) ..."
+  DS_ACCELERATOR=cpu "$VENV/bin/python" -c \
+    "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" >/dev/null 2>&1 \
+    || echo "warning: DeepSpeed's shm op did not build; the first DeepSpeed run will try again" >&2
+}
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
+  warm_deepspeed
   exit 0
 fi
 echo "Setting up $VENV (torch: $TORCH) ..."
@@ -41,9 +55,6 @@ pip install -r requirements-dev.txt
 # torch installed above; build isolation would fetch a second, multi-GB torch.
 pip install --no-build-isolation -r requirements-peers.txt
 pip install --no-deps --no-build-isolation -e .
-# DeepSpeed on CPU compiles its shared-memory collective op (C++, about a minute) the first time an engine
-# starts; build it now, into ~/.cache/torch_extensions, so no test or notebook pays for it inside its budget.
-DS_ACCELERATOR=cpu "$VENV/bin/python" -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" \
-  >/dev/null 2>&1 || echo "warning: DeepSpeed's shm op did not build; the first DeepSpeed run will try again" >&2
+warm_deepspeed
 echo "$want" > "$stamp"
 echo "Environment ready: $VENV"

@@ -2,8 +2,8 @@
 
 Tolerance. ``torch`` (``zero_ref.optim.adam_step_``) is torch's arithmetic op for op: equal bit
 for bit. The fused kernels update the moments with torch's operations in torch's order, with a
-fused multiply-add exactly where torch's vectorized CPU kernels use one, so for AdamW both
-moments equal torch's bit for bit. The parameters differ in the last bits of some elements: the
+fused multiply-add exactly where torch's vectorized CPU kernels (AVX2, AVX-512) use one, so for AdamW
+both moments equal torch's bit for bit there (on ATen's default kernels, to rounding). The parameters differ in the last bits of some elements: the
 denominator is DeepSpeed's, fma(sqrt(v), 1/sqrt(bc2), eps), one division where torch has two
 (see ``AdamConstants``), and torch's CPU ``sqrt`` is not correctly rounded (off by one ulp in
 ~16-20 % of elements, ``test_torch_cpu_sqrt_is_not_correctly_rounded``) while the kernels' IEEE
@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LR, WD, STEPS = 1e-2, 0.1, 10
 ATOL = STEPS * (LR / (1 - 0.9)) * 2**-23
 SIZES = [1, 7, 33, 1000, numba_cpu.CHUNK + 5]  # the last one crosses a chunk boundary
+# torch's vectorised CPU kernels that fuse the moments' multiply-adds where the fused kernels do (measured
+# bit for bit on both); ATen's default (scalar) kernels don't.
+FMA_KERNEL_SETS = {"AVX2", "AVX512"}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
 
 
@@ -70,8 +73,12 @@ def test_cpu_backends_match_torch_multi_tensor(backend, adamw):
                         for m, v, r in zip(ms, vs, ref))
     if backend == "torch":  # the reference is torch's arithmetic, op for op
         assert moments_equal and all(torch.equal(p, r.detach()) for p, r in zip(params, ref))
-    elif adamw:  # the moments never see the parameters in AdamW: same ops, same bits
-        assert moments_equal
+    elif adamw and torch.backends.cpu.get_cpu_capability() in FMA_KERNEL_SETS:
+        assert moments_equal  # the moments never see the parameters in AdamW: same ops, same bits
+    elif adamw:  # ATen's default kernels round each product apart: the moments agree to rounding
+        for m, v, r in zip(ms, vs, ref):
+            for mine, theirs in ((m, opt.state[r]["exp_avg"]), (v, opt.state[r]["exp_avg_sq"])):
+                assert (mine - theirs).abs().max() <= 2**-22 * theirs.abs().max()
 
 
 @pytest.mark.parametrize("n", [1, 7, numba_cpu.CHUNK + 5])
@@ -144,7 +151,10 @@ def test_lerp_weight_above_one_half_takes_torchs_other_branch():
         r.grad = g.clone()
         opt.step()
         adam_step(p, g, m, v, step, cfg)
-    assert torch.equal(m, opt.state[r]["exp_avg"])
+    if torch.backends.cpu.get_cpu_capability() in FMA_KERNEL_SETS:
+        assert torch.equal(m, opt.state[r]["exp_avg"])
+    else:  # ATen's default kernels: see FMA_KERNEL_SETS
+        assert (m - opt.state[r]["exp_avg"]).abs().max() <= 2**-22 * m.abs().max()
     assert_close_to_torch([p], [r])
 
 
