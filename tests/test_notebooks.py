@@ -7,7 +7,9 @@ comparison of every reference notebook (which is what "the reference passes") is
 
 Each chapter also has ``tests/alternatives/<notebook>.py``: ``RIGHT``, answers written in another style than
 the reference (they must pass), and ``WRONG``, plausible mistakes (they must fail). They are graded in a second
-release of the chapter where those tasks are answered and every other task is still a stub.
+release of the chapter where those tasks are answered and every other task is still a stub. That test is
+marked ``other_isa``: `make test-portable` runs it, on another instruction set than the one that recorded the
+expected outputs, which is what a correct answer on a student's or a grader's CPU meets.
 """
 import runpy
 
@@ -31,9 +33,9 @@ def alternatives(path: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def released(tmp_path_factory, request):
-    """Every chapter's student release and its release with the alternative answers, graded two at a time
-    (each grade is an nbval subprocess, mostly single-threaded: two keep both cores busy); each test waits
-    only for its own chapter."""
+    """Grades of every chapter's student release ("stub") and of its release with the alternative answers
+    ("answered"), for the tests this run selected, two at a time (each grade is an nbval subprocess, mostly
+    single-threaded: two keep both cores busy); each test waits only for its own chapter."""
     folder = tmp_path_factory.mktemp("release")
     pool = ThreadPoolExecutor(2)
 
@@ -43,13 +45,14 @@ def released(tmp_path_factory, request):
         nbformat.write(assign.make_release(nbformat.read(path, as_version=4), str(path), answers), student)
         return assign.grade(student, path)
 
-    selected = {item.callspec.params["path"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_notebook_contract_and_grading"}
+    kinds = {"test_notebook_contract_and_grading": "stub", "test_alternative_answers_pass_and_mistakes_fail": "answered"}
     jobs = {}
-    for path in (p for p in NOTEBOOKS if p in selected):  # only the chapters this run tests (-k)
-        right, wrong = alternatives(path)
-        jobs[path] = (pool.submit(grade_release, path, {}, "stub"),
-                      pool.submit(grade_release, path, {**right, **wrong}, "answered"))
+    for item in request.session.items:  # only the chapters and kinds this run tests (-k, -m)
+        kind = kinds.get(getattr(item, "originalname", ""))
+        if kind:
+            path = item.callspec.params["path"]
+            answers = {} if kind == "stub" else {**alternatives(path)[0], **alternatives(path)[1]}
+            jobs[kind, path] = pool.submit(grade_release, path, answers, kind)
     yield jobs
     pool.shutdown(cancel_futures=True)
 
@@ -61,18 +64,10 @@ def test_notebook_contract_and_grading(path, released):
 
     reference = nbformat.read(path, as_version=4)
     tasks = assign.graded_tasks(reference)
-    stub, answered = (job.result() for job in released[path])
-    assert set(stub.tasks) == set(answered.tasks) == tasks
+    stub = released["stub", path].result()
+    assert set(stub.tasks) == tasks
     passing = {t: r.reason for t, r in stub.tasks.items() if r.passed}
     assert not passing, f"{path.name}: these checks pass on the stub: {sorted(passing)}"
-
-    right, wrong = alternatives(path)
-    assert right and not set(right) & set(wrong), f"{path.name}: at least one RIGHT answer, none also WRONG"
-    result = {t: r.passed for t, r in answered.tasks.items()}
-    failing = {t: answered.tasks[t].reason for t in right if not result[t]}
-    assert not failing, f"{path.name}: correct answers in another style fail: {failing}"
-    passing = sorted(t for t in tasks - set(right) if result[t])
-    assert not passing, f"{path.name}: wrong answers (or stubs) pass: {passing}"
 
     if path == NOTEBOOKS[0]:
         # The reference passing its own checks is what the strict nbval run of every notebook shows;
@@ -80,6 +75,22 @@ def test_notebook_contract_and_grading(path, released):
         solved = assign.grade(path, path)
         failing = {t: r.reason for t, r in solved.tasks.items() if not r.passed}
         assert set(solved.tasks) == tasks and not failing, f"{path.name}: reference fails {failing}"
+
+
+@pytest.mark.slow
+@pytest.mark.other_isa
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_alternative_answers_pass_and_mistakes_fail(path, released):
+    right, wrong = alternatives(path)
+    tasks = assign.graded_tasks(nbformat.read(path, as_version=4))
+    assert right and not set(right) & set(wrong), f"{path.name}: at least one RIGHT answer, none also WRONG"
+    assert set(right) | set(wrong) <= tasks, f"{path.name}: answers for tasks it does not have"
+    answered = released["answered", path].result()
+    assert set(answered.tasks) == tasks
+    failing = {t: answered.tasks[t].reason for t in right if not answered.tasks[t].passed}
+    assert not failing, f"{path.name}: correct answers in another style fail: {failing}"
+    passing = sorted(t for t in tasks - set(right) if answered.tasks[t].passed)
+    assert not passing, f"{path.name}: wrong answers (or stubs) pass: {passing}"
 
 
 def test_every_syllabus_chapter_has_its_notebook():

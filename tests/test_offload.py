@@ -4,7 +4,9 @@ On a CPU-only machine the "device" is the CPU, so the offloaded run executes the
 a GPU (copies counted, not physically crossing PCIe). With ``cpu_adam="torch"`` the host step is the
 same arithmetic as the device step, so offload equals no offload **bit for bit**. With the default
 ``cpu_adam="numba"`` (the fused kernel, DeepSpeedCPUAdam's role) the parameters differ in the last bits
-(the kernel's IEEE sqrt vs torch's, see tests/test_kernels.py): fp32 within 1e-6 of the largest weight;
+(the kernel's IEEE sqrt vs torch's, see tests/test_kernels.py; on ATen's default kernels the moments too,
+where torch does not fuse the multiply-adds the kernel fuses): fp32 within 1e-5 of the largest weight
+(1.5e-6 measured there; a wrong update is off by ~lr = 1e-2);
 in bf16 a last-bit difference in an fp32 master can flip the rounding of its 16-bit copy, which feeds the
 next forward, so the runs drift apart slightly: bounded by Adam's 2·lr·steps, measured mean |Δ| ≈ 1e-5
 after 3 steps (the bound checked: 1e-4).
@@ -98,8 +100,8 @@ def test_offload_equals_no_offload(runs):
             else:  # the Numba kernel: last-bit differences (module doc)
                 ref = torch.cat([v.flatten() for v in base.values()])
                 diff = torch.cat([(r["state"][k] - base[k]).abs().flatten() for k in base])
-                if precision == "fp32":
-                    assert diff.max() <= 1e-6 * ref.abs().max(), (run, diff.max())
+                if precision == "fp32":  # 1.5e-6 measured on ATen's default kernels (module doc)
+                    assert diff.max() <= 1e-5 * ref.abs().max(), (run, diff.max())
                 else:  # Adam moves a weight by at most ~lr per step, whatever the trajectory; on average far less
                     assert diff.max() <= 2 * ADAM.lr * STEPS and diff.mean() < 1e-4, (run, diff.max(), diff.mean())
     assert all(runs[0][0][k]["state"].keys() == s[k]["state"].keys() for s, _ in runs[1:] for k in RUNS)
