@@ -1,13 +1,13 @@
 """Chapter 10: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # engine.backward returns the loss; float() of the detached loss instead of .item(); a tuple instead of a list
+    # engine.backward returns the loss; float() instead of .item(); a tuple instead of a list
     "10.1": '''
 out = []
 for batch in batches:
     loss = engine.backward(engine(*batch)[1])
     engine.step()
-    out.append(float(loss.detach()))
+    out.append(float(loss))
 return tuple(out)
 ''',
     # numpy: the boundary flags as an array, the step count as a float
