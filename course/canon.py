@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from fractions import Fraction
 
 DIGITS = 6
 _INT_LIMIT = 2 ** 53  # above this a float's integer digits are rounding noise: print it in e-notation
@@ -64,11 +63,9 @@ def _canon(x, digits: int, top: bool) -> str:
     x = _scalar(x)
     if x is None or isinstance(x, bool):
         return str(x)
-    if type(x).__name__ in ("bool_", "bool") and hasattr(x, "item"):  # numpy.bool_
-        return str(bool(x))
     if isinstance(x, str):
         return x if top else repr(x)
-    if isinstance(x, (numbers.Real, Fraction)):
+    if isinstance(x, numbers.Real):  # Fraction, numpy floats and ints too
         return _number(x, digits)
     if isinstance(x, numbers.Complex):
         return f"({_number(x.real, digits)}{'+' if x.imag >= 0 else '-'}{_number(abs(x.imag), digits)}j)"
