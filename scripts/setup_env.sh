@@ -28,10 +28,12 @@ fi
 
 # DeepSpeed on CPU compiles its shared-memory collective op (C++, one to three minutes) the first time an
 # engine starts. Build it here, once, so that no test or notebook pays for it inside its time limit; a build
-# killed half-way leaves a lock that would make every later load wait forever, so one left from before this run (over 2 minutes old) goes first.
+# killed half-way leaves a lock that would make every later load of that op wait forever, so any op's lock
+# left from before this run (over 2 minutes old) goes first. The tests use torch's AdamW ("torch_adam": true),
+# so DeepSpeed's other CPU ops (FusedAdam, CPU Adam: several minutes each to build) are never needed.
 warm_deepspeed() {  # a few seconds when the op is built already
   local ext="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"
-  find "$ext" -path '*deepspeed_shm_comm/lock' -mmin +2 -delete 2>/dev/null || true
+  find "$ext" -mindepth 2 -maxdepth 3 -name lock -mmin +2 -delete 2>/dev/null || true
   DS_ACCELERATOR=cpu "$VENV/bin/python" -c \
     "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" >/dev/null 2>&1 \
     || echo "warning: DeepSpeed's shm op did not build; the first DeepSpeed run will try again" >&2

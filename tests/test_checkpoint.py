@@ -337,6 +337,7 @@ def deepspeed_save(rank, world, root):
         model = build_model()
         ds_config = {**config("stage0", world), "zero_optimization": {"stage": stage}}
         del ds_config["scheduler"]
+        ds_config["optimizer"]["params"]["torch_adam"] = True  # torch's AdamW: DeepSpeed's CPU FusedAdam is a C++ build
         engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
                                           config=ds_config)
         train(engine, rank, world, 1)
