@@ -10,11 +10,14 @@ import torch
 import torch.distributed as dist
 
 import zero_ref
-from zero_ref import RankError, RankTimeout
+from zero_ref import RankError, RankTimeout, forkserver
 
 
-def is_resource_tracker(p):
-    # multiprocessing's own helper for the parent; it lives as long as the parent, by design.
+def is_long_lived_helper(p):
+    # multiprocessing's resource tracker and zero_ref's fork server live as long as the parent, by design.
+    # (The server's ranks carry its command line too, being its forks: only the server itself is let off.)
+    if forkserver._server is not None and p.pid == forkserver._server.pid:
+        return True
     try:
         return "resource_tracker" in " ".join(p.cmdline())
     except psutil.Error:
@@ -26,7 +29,7 @@ def no_children_left():
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         alive = [p for p in psutil.Process().children(recursive=True)
-                 if p.status() != psutil.STATUS_ZOMBIE and not is_resource_tracker(p)]
+                 if p.status() != psutil.STATUS_ZOMBIE and not is_long_lived_helper(p)]
         if not alive:
             return True
         time.sleep(0.1)
@@ -133,3 +136,34 @@ def test_notebook_style_lambda_and_closure():
 def test_bad_world_size(bad):
     with pytest.raises(ValueError, match="world_size"):
         zero_ref.launch(allreduce_rank, bad, 1.0)
+
+
+def where_am_i(rank, world_size):
+    return {"var": os.environ.get("ZERO_LAB_TEST_VAR"), "cwd": os.getcwd(), "parent": os.getppid(),
+            "test": os.environ.get("PYTEST_CURRENT_TEST"), "isa": torch.backends.cpu.get_cpu_capability()}
+
+
+def test_ranks_see_the_callers_environment_and_directory_at_launch(tmp_path, monkeypatch):
+    first = zero_ref.launch(where_am_i, 2, timeout=60)
+    assert first[0]["parent"] == first[1]["parent"] != os.getpid()  # forked by the fork server
+    assert first[0]["test"] == os.environ["PYTEST_CURRENT_TEST"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZERO_LAB_TEST_VAR", "set after the server started")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # read when torch is imported: needs another server
+    second = zero_ref.launch(where_am_i, 2, timeout=60)
+    assert all(r["var"] == "set after the server started" and r["cwd"] == str(tmp_path) for r in second)
+    assert second[0]["isa"] == "DEFAULT" and second[0]["parent"] != first[0]["parent"]
+    monkeypatch.setenv("ZERO_REF_FORK_SERVER", "0")
+    assert [r["parent"] for r in zero_ref.launch(where_am_i, 2, timeout=60)] == [os.getpid()] * 2  # fresh interpreters
+
+
+def test_the_fork_server_exits_with_its_parent():
+    import subprocess
+    import sys
+    script = ("import sys, time, zero_ref; zero_ref.launch(lambda r, w: r, 1, echo=False);"
+              "from zero_ref import forkserver; print(forkserver._server.pid, flush=True); time.sleep(300)")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    server = psutil.Process(int(parent.stdout.readline()))
+    parent.kill()  # no clean-up runs in the parent: its end of the request pipe just closes
+    parent.wait()
+    server.wait(10)  # raises psutil.TimeoutExpired if the server outlives its parent

@@ -2,11 +2,13 @@
 
     results = zero_ref.launch(fn, 4, batch)      # [fn(0, 4, batch), ..., fn(3, 4, batch)]
 
-Each rank is a fresh Python process joined to a real ``torch.distributed`` process group
-(gloo on CPU, NCCL on GPUs). ``fn`` travels with cloudpickle, so it may be defined in a notebook
-cell or in a script without an ``if __name__ == "__main__"`` guard (the ranks never re-import
-the caller's main module, unlike multiprocessing's spawn). The parent holds the rendezvous store (a TCPStore on a free port chosen by the OS, so
-concurrent launches never collide) and watches the ranks:
+Each rank is its own Python process joined to a real ``torch.distributed`` process group
+(gloo on CPU, NCCL on GPUs), forked from a process that has imported torch already
+(``zero_ref.forkserver``), so a launch costs milliseconds rather than an import of torch per
+rank. ``fn`` travels with cloudpickle, so it may be defined in a notebook cell or in a script
+without an ``if __name__ == "__main__"`` guard (the ranks never re-import the caller's main
+module, unlike multiprocessing's spawn). The parent holds the rendezvous store (a TCPStore on a
+free port chosen by the OS, so concurrent launches never collide) and watches the ranks:
 
 - a rank that raises fails the call at once with that rank's traceback (``RankError``);
 - ranks still running after ``timeout`` seconds — typically waiting on a collective a peer never
@@ -32,6 +34,8 @@ import traceback
 from datetime import timedelta
 
 import cloudpickle
+
+from zero_ref import forkserver
 
 _HOST = "127.0.0.1"
 _TEARDOWN_GRACE_S = 10.0  # how long finished ranks get to exit before they are killed
@@ -87,13 +91,14 @@ def launch(fn, world_size: int, *args, timeout: float = 300.0, backend: str = "g
             f.write(cloudpickle.dumps((fn, args)))
         # The ranks see the caller's import path, so functions pickled by reference resolve.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        forks = forkserver.server(env)  # torch imported once, ranks forked from it (None: fresh interpreters)
         procs = []
         try:
             for r in range(world_size):
-                argv = [workdir, r, world_size, store.port, backend, threads, timeout + 60, os.getpid()]
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-c", "from zero_ref.launcher import _rank_main; _rank_main()",
-                     *map(str, argv)],
+                argv = [str(a) for a in (workdir, r, world_size, store.port, backend, threads, timeout + 60,
+                                         forks.pid if forks else os.getpid())]  # a rank exits when this one does
+                procs.append(forks.fork(argv, env, _path(workdir, r, "exit")) if forks else subprocess.Popen(
+                    [sys.executable, "-c", "from zero_ref.launcher import _rank_main; _rank_main()", *argv],
                     env=env, stdin=subprocess.DEVNULL, start_new_session=True))  # own process group
             _watch(procs, workdir, timeout)
             results = [_load(workdir, r) for r in range(world_size)]
