@@ -86,6 +86,18 @@ def bad_shapes(rank, n):
             errors.append(None)
         except ValueError as e:
             errors.append(str(e))
+    # Refused before anything is issued: no record, and the tensor is untouched once later collectives are done.
+    t = torch.full((2,), float(rank + 1))
+    for call in (lambda: comm.all_reduce(t, op="avg", async_op=True),
+                 lambda: comm.reduce_scatter(torch.empty(1), t, op="avg", async_op=True)):
+        with comm.recording() as log:
+            try:
+                call()
+                errors.append(None)
+            except ValueError as e:
+                errors.append((str(e), len(log.records)))
+    comm.all_reduce(torch.zeros(1))  # gloo runs a group's collectives in order: any issued before are done
+    errors.append(t.tolist())
     return errors
 
 
@@ -95,6 +107,9 @@ def test_bad_shapes_name_the_problem_without_hanging():
     assert "all_gather" in errors[1]
     assert "all_to_all" in errors[2] and "divide by world_size 2" in errors[2]
     assert "op must be one of" in errors[3]
+    for message, records in errors[4:6]:
+        assert "async_op=True" in message and records == 0
+    assert errors[6] == [1.0, 1.0]
 
 
 def test_ring_wire_bytes_theory():

@@ -93,6 +93,16 @@ def recording():
 _hooks: list = []  # callables (op, tensor, group) run before every call: zero_ref.diagnostics' watchdog
 
 
+@contextmanager
+def hooked(hook):
+    """Call ``hook(op, tensor, group)`` before every call this rank makes through this module inside the block."""
+    _hooks.append(hook)
+    try:
+        yield hook
+    finally:
+        _hooks.remove(hook)
+
+
 def _record(op: str, tensor: torch.Tensor | None, group) -> None:
     for hook in _hooks:
         hook(op, tensor, group)
@@ -110,6 +120,13 @@ def _reduce_op(op: str):
     return _OPS[op]
 
 
+def _check_avg(op: str, async_op: bool) -> None:
+    # Checked before the collective is issued: raising after it would leave the peers' call unmatched.
+    _reduce_op(op)
+    if op == "avg" and async_op:
+        raise ValueError("op='avg' is not supported with async_op=True; reduce with 'sum' and divide")
+
+
 def _check_split(kind: str, small: torch.Tensor, big: torch.Tensor, n: int) -> None:
     if big.numel() != small.numel() * n:
         raise ValueError(f"{kind}: the full tensor must have world_size × the shard's elements; got "
@@ -121,11 +138,10 @@ def _check_split(kind: str, small: torch.Tensor, big: torch.Tensor, n: int) -> N
 
 def all_reduce(tensor: torch.Tensor, op: str = "sum", group=None, async_op: bool = False):
     """In place: every rank ends with the reduction of all ranks' ``tensor``."""
+    _check_avg(op, async_op)
     _record("all_reduce", tensor, group)
     work = dist.all_reduce(tensor, op=_reduce_op(op), group=group, async_op=async_op)
     if op == "avg":
-        if async_op:
-            raise ValueError("op='avg' is not supported with async_op=True; reduce with 'sum' and divide")
         tensor.div_(dist.get_world_size(group))
     return work
 
@@ -134,11 +150,10 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", g
     """Reduce ``input`` over ranks; rank r keeps chunk r (``output`` = 1/n of ``input``)."""
     n = dist.get_world_size(group)
     _check_split("reduce_scatter", output, input, n)
+    _check_avg(op, async_op)
     _record("reduce_scatter", input, group)
     work = dist.reduce_scatter_single(output, input, op=_reduce_op(op), group=group, async_op=async_op)
     if op == "avg":
-        if async_op:
-            raise ValueError("op='avg' is not supported with async_op=True; reduce with 'sum' and divide")
         output.div_(n)
     return work
 

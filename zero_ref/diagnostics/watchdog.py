@@ -227,11 +227,11 @@ def watch_collectives(timeout: float = 60.0, *, check: bool = False, poll: float
     _sessions[0] += 1
     w = _Watch(float(timeout), check, poll or min(1.0, timeout / 10), _sessions[0])
     _active.append(w)
-    comm._hooks.append(w.hook)
     thread = threading.Thread(target=w.run, name="zero_ref-watchdog", daemon=True)
     thread.start()
     try:
-        yield w
+        with comm.hooked(w.hook):
+            yield w
         w.state = "left the watched block"
     except BaseException as e:
         w.state = "raised an exception"
@@ -240,7 +240,6 @@ def watch_collectives(timeout: float = 60.0, *, check: bool = False, poll: float
             raise CollectiveError(f"{type(e).__name__} in a collective: {str(e)[:200]}\n{w.report('failed in')}") from e
         raise
     finally:
-        comm._hooks.remove(w.hook)
         _active.remove(w)
         w._stop.set()
         thread.join()
