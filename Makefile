@@ -72,3 +72,11 @@ cuda-ext:  ## compile the fused Adam CUDA extension (then tests/test_kernels.py 
 	  && $(CUDA_VENV)/bin/python -m pip --disable-pip-version-check -q install torch==2.14.1 ninja; }
 	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH CUDA_HOME=$(CUDA_HOME) TORCH_CUDA_ARCH_LIST="$(TORCH_CUDA_ARCH_LIST)" \
 	  PYTHONPATH=. $(CUDA_VENV)/bin/python -m zero_ref.kernels.cuda_ext --build
+
+# The prepared GPU check (scripts/gpu_check.py): on a GPU machine with its own python3 (no venv, nothing
+# installed), under 8 minutes; DRY=1 runs its structure on the CPU instead; PARTS=ext,stages picks parts.
+GPU_PYTHON ?= python3
+.PHONY: gpu-check
+gpu-check:  ## the GPU check: make gpu-check OUT=dir [DRY=1] [PARTS=ext,stages,...]
+	@[ -n "$(OUT)" ] || { echo "usage: make gpu-check OUT=dir [DRY=1] [PARTS=a,b]"; exit 2; }
+	PYTHONPATH=. $(GPU_PYTHON) scripts/gpu_check.py $(OUT) $(if $(DRY),--dry-run) $(if $(PARTS),--parts $(PARTS))
