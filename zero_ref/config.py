@@ -101,7 +101,6 @@ def problems(config, dp: int | None = None) -> list[ConfigError]:
     if dp is not None and not reader.errors:
         batch = reader.batch(cfg, dp)
         cfg = replace(cfg, batch=batch)
-    reader.cfg = cfg
     return reader.errors
 
 
@@ -414,6 +413,3 @@ def model_state_placement(cfg: Config, num_params: int) -> dict:
     return offload_placement(num_params, zero_stage=z.stage, dp=cfg.batch.dp, precision=cfg.precision,
                              offload_optimizer=(z.offload_optimizer or OffloadOptimizerConfig()).device,
                              offload_param=(z.offload_param or OffloadParamConfig()).device)
-
-
-# ---------------------------------------------------------------- the defaults, for chapter 9

@@ -34,9 +34,6 @@ def key(default=None, doc: str = "", *, factory=None, **meta):
     return field(default=default, metadata=meta)
 
 
-ALWAYS = "zero_ref always does this"
-
-
 # ---------------------------------------------------------------- precision
 
 @dataclass(frozen=True)

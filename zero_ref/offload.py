@@ -46,7 +46,6 @@ from zero_ref.config import offload_sections
 from zero_ref.config_schema import AioConfig, OffloadOptimizerConfig, OffloadParamConfig
 from zero_ref.optim import AdamConfig, adam_step_
 
-DEVICES = ("none", "cpu", "nvme")
 CPU_ADAM = ("numba", "torch")
 
 # ---------------------------------------------------------------- configuration (DeepSpeed's keys)

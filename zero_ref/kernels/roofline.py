@@ -1,4 +1,5 @@
-"""The roofline of an Adam step: bytes moved and flops per parameter (pure Python, no torch).
+"""The roofline of an Adam step: bytes moved and flops per parameter (arithmetic only; note that
+importing it through ``zero_ref.kernels`` loads torch, which the package's kernels need).
 
 A fused Adam step reads each parameter's fp32 master, gradient and both moments once and writes
 the master and both moments once: 16 + 12 = **28 bytes per fp32 parameter**. It does 14
