@@ -167,3 +167,9 @@ def test_the_fork_server_exits_with_its_parent():
     parent.kill()  # no clean-up runs in the parent: its end of the request pipe just closes
     parent.wait()
     server.wait(10)  # raises psutil.TimeoutExpired if the server outlives its parent
+
+
+def test_a_server_that_cannot_start_is_a_warning_that_says_why():
+    env = {**os.environ, "PYTHONHOME": "/nonexistent"}  # its interpreter dies before importing anything
+    with pytest.warns(UserWarning, match="(?s)fresh interpreter: the fork server did not start:.*Python"):
+        assert forkserver.server(env) is None

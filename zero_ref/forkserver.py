@@ -91,16 +91,20 @@ class _Server:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env,
                                      start_new_session=True)  # a Ctrl-C in the caller's terminal is the caller's
         if self.proc.stdout.readline() != b"ready\n":
+            with open(self.log.name, errors="replace") as f:
+                why = f.read()  # before close(), which deletes the log
             self.close()
-            raise RuntimeError("the fork server did not start:\n" + open(self.log.name, errors="replace").read())
+            raise RuntimeError("the fork server did not start:\n" + why)
         self.pid = self.proc.pid
+        self._requests = threading.Lock()  # one request and its reply at a time on the pipe
 
     def fork(self, argv: list[str], env: dict, status_path: str) -> Rank:
         request = {"argv": argv, "env": env, "cwd": os.getcwd(), "status": status_path}
         try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-            pid = int(self.proc.stdout.readline())
+            with self._requests:
+                self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+                self.proc.stdin.flush()
+                pid = int(self.proc.stdout.readline())
         except (OSError, ValueError) as e:
             raise RuntimeError(f"the fork server (pid {self.pid}) stopped answering") from e
         return Rank(pid, status_path, self.proc)
