@@ -166,6 +166,7 @@ def test_the_fork_server_exits_with_its_parent():
     server = psutil.Process(int(parent.stdout.readline()))
     parent.kill()  # no clean-up runs in the parent: its end of the request pipe just closes
     parent.wait()
+    parent.stdout.close()
     server.wait(10)  # raises psutil.TimeoutExpired if the server outlives its parent
 
 
