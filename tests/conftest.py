@@ -1,4 +1,6 @@
 """Fixtures shared by the multi-rank tests."""
+import os
+
 import pytest
 import torch
 
@@ -11,3 +13,27 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# set by pytest itself, by torch's compiler the first time it runs (its cache directory), and by
+# importing deepspeed (PYTORCH_NVML_BASED_CUDA_CHECK, in deepspeed/__init__.py)
+LIBRARIES_SET = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_", "PYTORCH_NVML_BASED_CUDA_CHECK")
+
+
+@pytest.fixture(autouse=True)
+def environment_unchanged():
+    """A test that changes os.environ and leaves it changed alters every later test and the notebook
+    kernels nbval starts (a leaked NUMBA_ENABLE_CUDASIM=1 once made numba take the CPU for a GPU):
+    fail the test that did it, name the variables, and put them back."""
+    before = dict(os.environ)
+    yield
+    after = {k: v for k, v in os.environ.items() if not k.startswith(LIBRARIES_SET)}
+    expected = {k: v for k, v in before.items() if not k.startswith(LIBRARIES_SET)}
+    if after != expected:
+        changed = sorted(k for k in after.keys() | expected.keys() if after.get(k) != expected.get(k))
+        for k in changed:
+            if k in expected:
+                os.environ[k] = expected[k]
+            else:
+                del os.environ[k]
+        pytest.fail(f"the test left os.environ changed: {', '.join(changed)} (use monkeypatch.setenv)")

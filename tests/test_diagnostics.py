@@ -209,6 +209,7 @@ def test_check_mode_names_mismatched_shapes_before_issuing():
 
 
 def normal_path(rank, world):
+    import threading
     import time
     from zero_ref import comm
     from zero_ref.diagnostics import watch_collectives
@@ -225,29 +226,34 @@ def normal_path(rank, world):
 
     same = all(torch.equal(a, b) for a, b in zip(train(False), train(True)))
 
-    def timed(watched, calls=200):
-        t = torch.ones(16)
-        comm.barrier()
-        start = time.perf_counter()
-        with watch_collectives(timeout=30) if watched else nullcontext():
-            for _ in range(calls):
-                comm.all_reduce(t)
-        return (time.perf_counter() - start) / calls
-
-    plain = min(timed(False) for _ in range(3))
-    watched = min(timed(True) for _ in range(3))
+    # the hot path does no store round trip: every store write of the block's calls is the watchdog
+    # thread's (a structural check of the cost; benchmarks, not tests, time things)
+    from zero_ref.diagnostics import watchdog
+    writers, publish = [], watchdog._Watch._publish
+    watchdog._Watch._publish = lambda self: (writers.append(threading.get_ident()), publish(self))
+    try:
+        with watch_collectives(timeout=30, poll=0.01) as w:
+            for _ in range(200):
+                comm.all_reduce(torch.ones(16))
+            deadline = time.monotonic() + 10  # the watchdog publishes within PUBLISH_S of a change
+            while not writers and time.monotonic() < deadline:
+                time.sleep(0.01)
+            during = list(writers)
+    finally:
+        watchdog._Watch._publish = publish
+    off_hot_path = sum(w.calls.values()) == 200 and bool(during) and threading.get_ident() not in during
     comm.barrier()
     with watch_collectives(timeout=3.0):  # a pause outside any collective is not a hang
         time.sleep(3.5)  # (the timeout leaves room for the ranks' skew on a loaded machine)
         comm.all_reduce(torch.ones(1))
-    return same, watched - plain
+    return same, off_hot_path
 
 
 @pytest.mark.slow
-def test_normal_path_no_false_alarm_same_result_small_overhead():
-    for same, overhead in zero_ref.launch(normal_path, 2, timeout=LAUNCH_TIMEOUT):
+def test_normal_path_no_false_alarm_same_result_store_writes_off_the_hot_path():
+    for same, off_hot_path in zero_ref.launch(normal_path, 2, timeout=LAUNCH_TIMEOUT):
         assert same
-        assert overhead < 1e-3  # seconds per call (the store writes happen on the watchdog thread)
+        assert off_hot_path  # 200 calls counted, their records written by the watchdog thread only
 
 
 def test_watchdog_bad_input_and_report_sanitizing():

@@ -155,7 +155,10 @@ def test_a_failing_part_is_recorded_and_the_others_still_run(gpu_check, tmp_path
         raise RuntimeError("injected failure")
 
     monkeypatch.setitem(gpu_check.PARTS, "ext", boom)
-    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)  # restored after the test: main sets it
+    # main() sets it in os.environ; setenv first so that monkeypatch removes it again afterwards
+    # (delenv of an absent name records nothing to undo, and the simulator flag then leaks into later tests)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM")
     threads = torch.get_num_threads()
     try:
         rc = gpu_check.main([str(tmp_path), "--dry-run", "--parts", "ext,activations"])
