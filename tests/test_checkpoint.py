@@ -39,7 +39,14 @@ CASES = {
     "stage3_bf16": (3, {"bf16": {"enabled": True}}),    # fp32 masters apart from the 16-bit partitions
     "stage1_offload": (1, {"offload_optimizer": {"device": "cpu"}}),
     "stage3_nvme": (3, {"offload_optimizer": {"device": "nvme"}, "offload_param": {"device": "nvme"}}),  # Infinity
+    "stage3_groups": (3, {}),                           # model_parameters: two groups with their own values
 }
+
+
+def groups(model):
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in trainable if p.dim() >= 2]},
+            {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0, "betas": (0.8, 0.99)}]
 
 
 def config(case, world, stage=None, nvme_dir=None):
@@ -61,7 +68,8 @@ def make_engine(case, world, nvme_dir=None, stage=None):
     if nvme_dir is not None:
         os.makedirs(nvme_dir, exist_ok=True)
     model = build_model(dropout=0.1 if case.endswith("dropout") else 0.0)
-    engine, *_ = initialize(model=model, config=config(case, world, stage, nvme_dir))
+    engine, *_ = initialize(model=model, config=config(case, world, stage, nvme_dir),
+                            model_parameters=groups(model) if case.endswith("groups") else None)
     return engine
 
 
@@ -308,6 +316,11 @@ def wrong_loads(rank, world, root):
         e.load_checkpoint(os.path.join(root, "stage1"))
     except CheckpointError as err:
         errors.append(str(err))
+    e = make_engine("stage3", world)  # one param group, where the checkpoint has two
+    try:
+        e.load_checkpoint(os.path.join(root, "stage3_groups"))
+    except CheckpointError as err:
+        errors.append(str(err))
     os.remove(os.path.join(root, "stage0", "global_step3", "optim_states_rank001.pt"))
     e = make_engine("stage0", world)
     try:
@@ -320,9 +333,10 @@ def wrong_loads(rank, world, root):
 def test_wrong_checkpoints_are_clear_errors(saved, tmp_path):
     import shutil
     root, _ = saved
-    for case in ("stage0", "stage1", "stage2"):
+    for case in ("stage0", "stage1", "stage2", "stage3_groups"):
         shutil.copytree(os.path.join(root, case), tmp_path / case)
-    missing_tag, bad_tag, shape, missing_file = zero_ref.launch(wrong_loads, 1, str(tmp_path), timeout=120)[0]
+    missing_tag, bad_tag, shape, groups, missing_file = zero_ref.launch(wrong_loads, 1, str(tmp_path), timeout=120)[0]
+    assert "was saved with 2 param groups, the optimizer has 1" in groups
     assert "no checkpoint 'global_step9'" in missing_tag and "tags there: ['global_step3']" in missing_tag
     assert "must be a plain file name" in bad_tag
     assert "parameter 'blocks.0.mlp.fc1.weight': the checkpoint has shape (84, 21), the model (105, 21)" in shape

@@ -19,30 +19,45 @@ from tests.zero_cases import ADAM, build_model, micro_batch
 STEPS, GAS, WORLD = 3, 2, 2
 
 
-def ds_config(stage: int, bf16: bool = False) -> dict:
+def ds_config(stage: int, bf16: bool = False, scheduler: bool = True) -> dict:
     return {
         "bf16": {"enabled": bf16},
         "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": GAS,
         "gradient_clipping": 0.05,  # explicit: DeepSpeed 0.19.8's default is 1.0, not off
         "optimizer": {"type": "AdamW", "params": {"lr": ADAM.lr, "weight_decay": ADAM.weight_decay, "eps": ADAM.eps,
                                                    "torch_adam": True}},  # torch's AdamW: no 40 s kernel build
-        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-3, "warmup_max_lr": ADAM.lr,
-                                                          "warmup_num_steps": 2, "warmup_type": "linear",
-                                                          "total_num_steps": 4}},
+        **({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-3, "warmup_max_lr": ADAM.lr,
+                                                             "warmup_num_steps": 2, "warmup_type": "linear",
+                                                             "total_num_steps": 4}}} if scheduler else {}),
         "zero_optimization": {"stage": stage, "reduce_bucket_size": 5000},  # several buckets
     }
 
 
-def train(rank, world, which: str, stage: int, bf16: bool = False) -> dict:
-    """One engine, one stage: losses per micro-step, lr per step, counters and the final weights."""
+def hf_groups(model) -> list[dict]:
+    """The groups of HF / DeepSpeed-Chat scripts (decay on matrices, none on biases and norms), with a
+    group lr and betas of its own on top."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in trainable if p.dim() >= 2]},
+            {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0, "lr": 2 * ADAM.lr,
+             "betas": (0.8, 0.99)}]
+
+
+def train(rank, world, which: str, stage: int, bf16: bool = False, script: str = "plain") -> dict:
+    """One engine, one stage: losses per micro-step, lr per step, counters and the final weights.
+
+    ``script="nanogpt"``: seeded per rank (nanoGPT seeds ``1337 + rank``) and param groups with their own
+    weight decay, lr and betas in ``model_parameters``, no scheduler (DeepSpeed's would set every group's
+    lr alike): the engine must broadcast rank 0's weights and step each group with its own values."""
     os.environ["DS_ACCELERATOR"] = "cpu"
     if which == "deepspeed":
         import deepspeed as ds
     else:
         import zero_ref.engine as ds
-    model = build_model()
-    engine, optimizer, _, scheduler = ds.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config(stage, bf16))
+    nanogpt = script == "nanogpt"
+    model = build_model(seed=1337 + rank if nanogpt else 0)
+    params = hf_groups(model) if nanogpt else [p for p in model.parameters() if p.requires_grad]
+    engine, optimizer, _, scheduler = ds.initialize(model=model, model_parameters=params,
+                                                    config=ds_config(stage, bf16, scheduler=not nanogpt))
     losses, lrs, bounds = [], [], []
     for step in range(STEPS):
         for micro in range(GAS):
@@ -51,7 +66,7 @@ def train(rank, world, which: str, stage: int, bf16: bool = False) -> dict:
             engine.backward(loss)
             engine.step()
             losses.append(loss.item())
-        lrs.append(engine.get_lr()[0])
+        lrs.append(engine.get_lr() if nanogpt else engine.get_lr()[0])
     if stage == 3:  # gather the partitioned parameters to read them
         gathered = (ds.zero.GatheredParameters(list(model.parameters())) if which == "deepspeed" else
                     zero_ref.zero_init.GatheredParameters(list(model.parameters())))
@@ -70,6 +85,8 @@ def both_engines(rank, world):
     runs = {(which, stage): train(rank, world, which, stage) for stage in (0, 1, 2, 3)
             for which in ("zero_ref", "deepspeed")}
     runs.update({(which, stage, "bf16"): train(rank, world, which, stage, bf16=True) for stage in (0, 2)
+                 for which in ("zero_ref", "deepspeed")})
+    runs.update({(which, stage, "nanogpt"): train(rank, world, which, stage, script="nanogpt") for stage in (0, 2, 3)
                  for which in ("zero_ref", "deepspeed")})
     return runs
 
@@ -109,6 +126,23 @@ def test_same_config_same_numbers_in_bf16(runs, stage):
             assert ours["weights"][name].dtype == w.dtype == torch.bfloat16
             err = (ours["weights"][name].float() - w.float()).abs().max().item()
             assert err <= 2 ** -6 * max(1.0, w.float().abs().max().item()), (stage, name, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_per_rank_seeds_and_param_groups_as_deepspeed(runs, stage):
+    """Both engines start every rank from rank 0's weights and step each group with its own values."""
+    first = runs[0][("deepspeed", stage, "nanogpt")]
+    for res in runs:
+        ours, theirs = res[("zero_ref", stage, "nanogpt")], res[("deepspeed", stage, "nanogpt")]
+        assert ours["lrs"] == theirs["lrs"] == [[ADAM.lr, 2 * ADAM.lr]] * STEPS
+        assert ours["losses"] == pytest.approx(theirs["losses"], rel=1e-6)
+        for name, w in theirs["weights"].items():
+            assert torch.equal(w, first["weights"][name])  # one model on every rank
+            err = (ours["weights"][name] - w).abs().max().item()
+            assert err <= 1e-6 * max(1.0, w.abs().max().item()), (stage, name, err)
+    plain = runs[0][("zero_ref", stage)]  # seed 0, one group, a schedule: another model
+    assert any(not torch.allclose(plain["weights"][n], w) for n, w in first["weights"].items())
 
 
 # ------------------------------------------------------------------ one rank, in this process
@@ -174,7 +208,7 @@ def test_a_torch_scheduler_on_the_client_optimizer_drives_the_rate(one_rank):
         _, loss = engine(*micro_batch(step, 0, 0, 1, 1))
         engine.backward(loss)
         engine.step()
-        seen.append(engine.optimizer.adam.lr)  # the rate this step used
+        seen.append(engine.optimizer.param_groups[0]["lr"])  # the rate this step used
     assert seen == [0.1, 0.05, 0.025] and engine.get_lr() == [0.0125]
 
 
@@ -218,8 +252,8 @@ def test_clear_errors(one_rank):
     ("WarmupCosineLR", {"total_num_steps": 25, "warmup_num_steps": 5, "warmup_min_ratio": 0.1}),
     ("WarmupCosineLR", {"total_num_steps": 4, "warmup_num_steps": 8, "warmup_type": "linear"}),
 ])
-def test_schedules_equal_deepspeeds(name, params):
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+def test_schedules_equal_deepspeeds(name, params, monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
     ds_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
     from zero_ref import lr_schedules
 

@@ -39,6 +39,7 @@ import warnings
 import torch
 
 from zero_ref import comm
+from zero_ref.stages.base import HYPER
 from zero_ref.zero_to_fp32 import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, _numel,  # noqa: F401
                                    checkpoint_bytes, deepspeed_file_names, optim_file, param_file, resolve)
 
@@ -236,6 +237,7 @@ def _save_model_states(engine, path: str, client_state, sched) -> None:
         "adam": {"lr": adam.lr, "betas": tuple(adam.betas), "eps": adam.eps, "weight_decay": adam.weight_decay,
                  "adamw": adam.adamw},
         "param_group_lrs": [[g["lr"] for g in h.param_groups] for h in _lr_holders(engine)],
+        "param_groups": [{k: g[k] for k in HYPER} for g in opt.param_groups],  # each group's own values
         "optimizer_steps": opt.global_steps, "optimizer_skipped_steps": opt.skipped_steps,
         "global_steps": getattr(engine, "global_steps", opt.global_steps),
         "engine": {k: getattr(engine, k) for k in ("global_samples", "skipped_steps") if hasattr(engine, k)},
@@ -326,6 +328,11 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
     _check_model(meta, module, path, load_optimizer_states)
     names, rank = _names(module), opt.rank
     states = reader.load(MODEL)
+    saved_groups = len(states.get("param_groups", opt.param_groups))
+    if load_optimizer_states and saved_groups != len(opt.param_groups):
+        raise CheckpointError(f"{path} was saved with {saved_groups} param groups, the optimizer has "
+                              f"{len(opt.param_groups)}: build the engine with the groups it was saved with "
+                              "(or load with load_optimizer_states=False)")
     with torch.no_grad():
         if opt.stage == 3:
             for u in opt.units:
@@ -358,6 +365,8 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
     if load_optimizer_states:
         for k, v in states["adam"].items():
             setattr(opt.adam, k, tuple(v) if k == "betas" else v)
+        for group, values in zip(opt.param_groups, states.get("param_groups", [])):
+            group.update({k: tuple(v) if k == "betas" else v for k, v in values.items()})
         opt.global_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
         if opt.loss_scaler is not None and states["loss_scaler"] is not None:
             opt.loss_scaler.load_state_dict(states["loss_scaler"])

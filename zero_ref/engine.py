@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from zero_ref import checkpointing, lr_schedules
+from zero_ref import checkpointing, comm, lr_schedules
 from zero_ref.config import Config, ConfigError, load, parse
 from zero_ref.measure import unique_storage_bytes
 from zero_ref.optim import AdamConfig
@@ -107,11 +107,11 @@ class Engine(nn.Module):
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
         self._step_applied = False
         self._times = {"forward": 0.0, "backward": 0.0, "step": 0.0}
-        adam, self.client_optimizer = self._adam(optimizer, model_parameters)
-        self.optimizer = STAGES[cfg.zero_optimization.stage](model, **self._stage_kwargs(adam))
-        # DeepSpeed's optimizers expose torch's param_groups; schedules write the rate there.
-        self.optimizer.param_groups = [{"lr": adam.lr, "betas": adam.betas, "eps": adam.eps,
-                                        "weight_decay": adam.weight_decay}]
+        self._broadcast_model()
+        adam, groups, self.client_optimizer = self._adam(optimizer, model_parameters)
+        # The stage's param_groups are torch's (one per group, each with its own lr, betas, eps and weight
+        # decay, as DeepSpeed's optimizer takes them); schedules write the rate there and the step reads it.
+        self.optimizer = STAGES[cfg.zero_optimization.stage](model, param_groups=groups, **self._stage_kwargs(adam))
         self._lr_source = self.optimizer
         self.lr_scheduler = self._scheduler(lr_scheduler)
         self._sync_lr()
@@ -124,13 +124,32 @@ class Engine(nn.Module):
                 print(f"[zero_ref] note: {note}")
 
     # ------------------------------------------------------------ set-up
-    def _adam(self, optimizer, model_parameters) -> tuple[AdamConfig, object]:
-        """Adam's hyper-parameters from the client optimizer or the config's optimizer section."""
+    def _broadcast_model(self) -> None:
+        """Every rank starts from rank 0's parameters, as DeepSpeed's engine makes them
+        (``_broadcast_model`` in deepspeed/runtime/engine.py): a script that seeds per rank, or not at
+        all, or edits weights on rank 0 only, still trains one model. Parameters that zero.Init has
+        partitioned are skipped (Init took them from rank 0 already); buffers are not sent (nor in
+        DeepSpeed)."""
+        if self.dp_world_size == 1:
+            return
+        src = dist.get_global_rank(self.dp_group, 0)
+        with torch.no_grad():
+            for p in self.module.parameters():
+                if not hasattr(p, "_z3_unit"):
+                    comm.broadcast(p.data, src=src, group=self.dp_group)
+
+    def _adam(self, optimizer, model_parameters) -> tuple[AdamConfig, list[dict] | None, object]:
+        """Adam's hyper-parameters from the client optimizer or the config's optimizer section, and the
+        param groups (None: one group of every trainable parameter)."""
         cfg = self.config
         trainable = [p for p in self.module.parameters() if p.requires_grad]
+        groups = None
         if model_parameters is not None:
+            model_parameters = list(model_parameters)  # a generator (model.parameters()) is read once
             given = [p for g in model_parameters for p in (g["params"] if isinstance(g, dict) else [g])]
             self._check_params(given, trainable, "model_parameters")
+            if any(isinstance(g, dict) for g in model_parameters):  # groups with their own weight decay, lr, ...
+                groups = [g if isinstance(g, dict) else {"params": [g]} for g in model_parameters]
         if optimizer is None:
             if cfg.optimizer is None:
                 raise ConfigError("optimizer", "optimizer: none given; add an \"optimizer\" section ({\"type\": "
@@ -138,9 +157,9 @@ class Engine(nn.Module):
                                                "torch.optim.AdamW(...) to initialize")
             o = cfg.optimizer
             p = o.params
-            return AdamConfig(lr=p.lr, betas=p.betas, eps=p.eps, weight_decay=o.weight_decay, adamw=o.adamw), None
+            return AdamConfig(lr=p.lr, betas=p.betas, eps=p.eps, weight_decay=o.weight_decay, adamw=o.adamw), groups, None
         if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
-            optimizer = optimizer(trainable)  # DeepSpeed's optimizer callable: params -> optimizer
+            optimizer = optimizer(model_parameters if model_parameters is not None else trainable)  # DeepSpeed's callable
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError("optimizer", f"optimizer= must be a torch.optim.Adam or AdamW (or a callable "
                                            f"making one), got {type(optimizer).__name__}")
@@ -161,15 +180,14 @@ class Engine(nn.Module):
                   "(as in DeepSpeed)")
         groups = optimizer.param_groups
         self._check_params([p for g in groups for p in g["params"]], trainable, "the optimizer's parameters")
-        hyper = [(g["lr"], tuple(g["betas"]), g["eps"], g["weight_decay"]) for g in groups]
-        if len(set(hyper)) > 1:
-            raise ConfigError("optimizer", "optimizer: param groups with different hyper-parameters are not supported "
-                                           "by zero_ref (one Adam per partition); use one group")
         if any(g.get("amsgrad") or g.get("maximize") for g in groups):
             raise ConfigError("optimizer", "optimizer: amsgrad / maximize are not supported by zero_ref")
-        lr, betas, eps, wd = hyper[0]
-        return AdamConfig(lr=float(lr), betas=betas, eps=eps, weight_decay=wd,
-                          adamw=isinstance(optimizer, torch.optim.AdamW)), optimizer
+        first = groups[0]
+        adam = AdamConfig(lr=float(first["lr"]), betas=tuple(first["betas"]), eps=first["eps"],
+                          weight_decay=first["weight_decay"], adamw=isinstance(optimizer, torch.optim.AdamW))
+        # each group keeps its own hyper-parameters; the stage steps it with them
+        return adam, [{"params": g["params"], **{k: g[k] for k in ("lr", "betas", "eps", "weight_decay")}}
+                      for g in groups], optimizer
 
     @staticmethod
     def _check_params(given, trainable, what: str) -> None:
@@ -216,7 +234,10 @@ class Engine(nn.Module):
                           collate_fn=collate_fn, drop_last=self.config.dataloader_drop_last)
 
     def _sync_lr(self) -> None:
-        self.optimizer.adam.lr = float(self._lr_source.param_groups[0]["lr"])
+        """A torch scheduler on the client optimizer writes its param_groups: the stage steps with those rates."""
+        if self._lr_source is not self.optimizer:
+            for mine, theirs in zip(self.optimizer.param_groups, self._lr_source.param_groups):
+                mine["lr"] = float(theirs["lr"])
 
     # ------------------------------------------------------------ the training loop
     def forward(self, *args, **kwargs):

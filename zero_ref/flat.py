@@ -97,6 +97,29 @@ class FlatLayout:
                 out.append(Piece(i, a - start, b - start, a - lo))
         return out
 
+    def runs(self, labels: Sequence, rank: int | None = None) -> list[tuple[int, int, object]]:
+        """``(start, end, label)`` runs covering rank ``rank``'s shard (``None``: the whole padded buffer),
+        where parameter i carries ``labels[i]`` and neighbours with the same label merge; padding joins
+        the run before it. The optimizer steps each run with its label's hyper-parameters."""
+        if len(labels) != len(self.shapes):
+            raise ValueError(f"expected {len(self.shapes)} labels, got {len(labels)}")
+        if rank is None:
+            size, spans = self.padded_numel, [(s, s + n, i) for i, (s, n) in enumerate(zip(self.offsets, self.numels))]
+        else:
+            size, spans = self.shard_numel, [(pc.shard_start, pc.shard_start + pc.numel, pc.index)
+                                             for pc in self.pieces(rank)]
+        out: list[list] = []
+        for start, end, i in spans:
+            if end > start:
+                if out and out[-1][2] == labels[i]:
+                    out[-1][1] = end
+                else:
+                    out.append([start, end, labels[i]])
+        if not out:  # a shard of padding only
+            return [(0, size, labels[0])]
+        out[0][0], out[-1][1] = 0, size
+        return [tuple(r) for r in out]
+
     def _check_full(self, flat: torch.Tensor) -> None:
         if flat.dim() != 1 or flat.numel() != self.padded_numel:
             raise ValueError(f"expected a flat buffer of {self.padded_numel} elements, got shape {tuple(flat.shape)}")

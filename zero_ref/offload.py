@@ -261,10 +261,20 @@ class OptimizerOffload:
         only after every file of the version is complete, so a failed write raises ``SwapError`` and
         leaves parameters, states and files at the previous step (``opt.global_steps`` rolled back, this
         step's gradients dropped)."""
-        step, cfg = opt.global_steps, opt.adam
+        step = opt.global_steps
+
+        def adam(views) -> None:
+            """Adam on (params, grad, exp_avg, exp_avg_sq, start, end, cfg) spans: one call per param group."""
+            by_group: dict[tuple, list] = {}
+            for p, g, m, v, start, end, cfg in views:
+                key = (cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay)
+                by_group.setdefault(key, [cfg, []])[1].append((p[start:end], g[start:end], m[start:end], v[start:end]))
+            for cfg, spans in by_group.values():
+                _cpu_adam(*map(list, zip(*spans)), step, cfg, self.cpu_adam)
+
         if not self.nvme:
             for b, g in zip(opt.buckets, grads):
-                _cpu_adam([b.master], [g], [b.exp_avg], [b.exp_avg_sq], step, cfg, self.cpu_adam)
+                adam([(b.master, g, b.exp_avg, b.exp_avg_sq, *run) for run in opt.adam_runs(b)])
                 self._write_params(b, b.master)
             self.link.poll()  # (CUDA: release the staging buffers of the copies that have landed)
             return
@@ -277,8 +287,8 @@ class OptimizerOffload:
                 n = b.layout.shard_numel
                 views.append([s[offset:offset + n] for s in states])
                 offset += n
-            _cpu_adam([v[0] for v in views], [grad_of[id(b)] for b in self.sub_groups[i]], [v[1] for v in views],
-                      [v[2] for v in views], step, cfg, self.cpu_adam)
+            adam([(v[0], grad_of[id(b)], v[1], v[2], *run)
+                  for b, v in zip(self.sub_groups[i], views) for run in opt.adam_runs(b)])
             for b, v in zip(self.sub_groups[i], views):
                 staged.append((b, torch.empty(v[0].shape, dtype=_param_dtype(b)).copy_(v[0])))
 

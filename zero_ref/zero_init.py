@@ -23,8 +23,10 @@ the full parameters of the one module being built (the largest unit).
 "Same initial values": every initializer still runs on the full tensor, in the same order and
 drawing the same random numbers as a normal build (a module's ``reset_parameters`` inside its
 ``__init__`` before it is partitioned, ``apply`` with the parameters gathered). So with the same
-torch seed on every rank (which DeepSpeed assumes too), the shards hold bit for bit the values of
-the model built without ``Init``, and training them gives the same result. An initializer run
+torch seed on every rank, the shards hold bit for bit the values of the model built without
+``Init``, and training them gives the same result. Each module's parameters are broadcast from the
+group's first rank before they are partitioned, as DeepSpeed's ``_zero_init_param`` does, so ranks
+seeded differently still build one model (rank 0's). An initializer run
 elsewhere (``model.reset_parameters()`` after the block) sees empty tensors: wrap it in
 ``GatheredParameters(..., modifier_rank=0)``.
 
@@ -215,6 +217,13 @@ class Init:
     def _partition(self, module: nn.Module) -> None:
         params = [p for p in module.parameters(recurse=False) if not hasattr(p, "_z3_unit")]  # tied: once
         if params:
+            # rank 0's values on every rank before each keeps its shard, as DeepSpeed's Init does
+            # (_zero_init_param): a model built with per-rank seeds is still one model
+            if dist.get_world_size(self.group) > 1:
+                src = dist.get_global_rank(self.group or dist.group.WORLD, 0)
+                with torch.no_grad():
+                    for p in params:
+                        comm.broadcast(p.data, src=src, group=self.group)
             Unit(type(module).__name__, params, self.group)  # kept alive by the parameters (p._z3_unit)
 
 

@@ -58,6 +58,51 @@ def trainable_params(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
+HYPER = ("lr", "betas", "eps", "weight_decay")  # what a param group may set for itself
+
+
+def param_groups_for(module: nn.Module, groups, adam: AdamConfig) -> tuple[list[dict], dict[int, int]]:
+    """torch-style param groups over the module's trainable parameters, and parameter id → group index.
+
+    ``groups`` is None (one group of everything, with ``adam``'s values) or a list of dicts, each with
+    ``"params"`` and any of lr, betas, eps, weight_decay (a key it leaves out takes ``adam``'s value), as
+    torch.optim and DeepSpeed's ``model_parameters`` take them. Every trainable parameter is in exactly
+    one group. Each returned dict holds its parameters and all four values, and is what a learning-rate
+    schedule writes: the step reads it."""
+    trainable = trainable_params(module)
+    if groups is None:
+        groups = [{"params": trainable}]
+    if isinstance(groups, dict) or not all(isinstance(g, dict) and "params" in g for g in groups):
+        raise ValueError("param_groups must be a list of dicts, each with a 'params' entry")
+    out, group_of = [], {}
+    for i, g in enumerate(groups):
+        params = [g["params"]] if isinstance(g["params"], torch.Tensor) else list(g["params"])
+        for key in ("amsgrad", "maximize"):
+            if g.get(key):
+                raise ValueError(f"param group {i}: {key}=True is not supported (zero_ref steps plain Adam(W))")
+        for p in params:
+            if id(p) in group_of:
+                raise ValueError(f"param group {i}: a parameter of shape {tuple(p.shape)} is also in group "
+                                 f"{group_of[id(p)]}; each parameter belongs to one group")
+            group_of[id(p)] = i
+        values = {k: g.get(k, getattr(adam, k)) for k in HYPER}
+        values["betas"] = tuple(values["betas"])
+        group_adam(values, adam)  # validates the values now, not at the first step
+        out.append({**g, "params": params, **values})
+    stray = [p for p in group_of if p not in {id(t) for t in trainable}]
+    missing = [tuple(p.shape) for p in trainable if id(p) not in group_of]
+    if stray or missing:
+        raise ValueError(f"param_groups must hold exactly the module's trainable parameters: "
+                         f"{len(missing)} missing (shapes {missing[:3]}), {len(stray)} not trainable or not the module's")
+    return out, group_of
+
+
+def group_adam(group: dict, adam: AdamConfig) -> AdamConfig:
+    """The Adam(W) hyper-parameters of one param group (``adam`` gives the update rule, Adam or AdamW)."""
+    return AdamConfig(lr=float(group["lr"]), betas=tuple(group["betas"]), eps=float(group["eps"]),
+                      weight_decay=float(group["weight_decay"]), adamw=adam.adamw)
+
+
 def make_buckets(params: list[nn.Parameter], bucket_size: int, world_size: int, rank: int) -> list[Bucket]:
     """Split ``params`` (in reverse order) into buckets of at most ``bucket_size`` elements;
     a parameter larger than that gets a bucket of its own."""
@@ -82,7 +127,7 @@ class ZeroOptimizerBase:
                  group=None, reduce_bucket_size: int = int(5e8), overlap_comm: bool = True,
                  gradient_accumulation_steps: int = 1, gradient_clipping: float = 0.0, loss_scaler=None,
                  offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
-                 sub_group_size: int = int(1e9), cpu_adam: str = "numba"):
+                 sub_group_size: int = int(1e9), cpu_adam: str = "numba", param_groups: list[dict] | None = None):
         if precision not in DTYPES:
             raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
         if not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1:
@@ -94,7 +139,8 @@ class ZeroOptimizerBase:
         if precision == "fp16" and loss_scaler is None:
             raise ValueError("precision='fp16' needs a loss_scaler (see zero_ref.precision)")
         self.module, self.group = module, group
-        self.adam = adam or AdamConfig()
+        self.adam = adam or AdamConfig()  # the defaults; each group's own values are in param_groups
+        self.param_groups, self._group_of = param_groups_for(module, param_groups, self.adam)
         self.precision, self.dtype = precision, DTYPES[precision]
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.overlap_comm = overlap_comm
@@ -112,6 +158,9 @@ class ZeroOptimizerBase:
             self.stage, device=device, offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
             sub_group_size=sub_group_size, cpu_adam=cpu_adam, rank=self.rank, world_size=self.world_size)
         self.buckets = self._build(module, reduce_bucket_size)
+        for b in self.buckets:  # which span of this rank's optimizer state each group's hyper-parameters step
+            labels = [self._group_of[id(p)] for p in b.params]
+            b.adam_runs = b.layout.runs(labels, None if self.stage == 0 else self.rank)
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[Bucket]:
@@ -258,10 +307,17 @@ class ZeroOptimizerBase:
             self.offload.step(self, grads)
         else:
             for b, g in zip(self.buckets, grads):
-                adam_step_(b.master, g, b.exp_avg, b.exp_avg_sq, self.global_steps, self.adam)
+                for start, end, cfg in self.adam_runs(b):
+                    adam_step_(b.master[start:end], g[start:end], b.exp_avg[start:end], b.exp_avg_sq[start:end],
+                               self.global_steps, cfg)
         self._publish_params()
         self._zero_grads()
         return True
+
+    def adam_runs(self, b) -> list[tuple[int, int, AdamConfig]]:
+        """``(start, end, AdamConfig)`` over ``b``'s optimizer state: each param group's current values
+        (a schedule may have changed its lr since the last step)."""
+        return [(start, end, group_adam(self.param_groups[g], self.adam)) for start, end, g in b.adam_runs]
 
     def _grads_are_sharded(self) -> bool:
         return True

@@ -73,7 +73,8 @@ class ZeroStage3(ZeroStage2):
                  gradient_clipping: float = 0.0, loss_scaler=None, prefetch_bucket_size: int = int(5e7),
                  param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9),
                  offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
-                 sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = ()):
+                 sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = (),
+                 param_groups: list[dict] | None = None):
         # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
         # subtree, as FSDP's fully_shard per block does: fewer, larger collectives. Default: one unit per
         # module's own parameters, as DeepSpeed partitions.
@@ -89,7 +90,7 @@ class ZeroStage3(ZeroStage2):
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
                          offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
-                         sub_group_size=sub_group_size, cpu_adam=cpu_adam)
+                         sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups)
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[Unit]:
