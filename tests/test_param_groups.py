@@ -28,10 +28,12 @@ def groups_of(model) -> list[dict]:
             {"params": [p for p in trainable if p.dim() < 2], **NO_DECAY}]
 
 
-def reference(world: int) -> dict:
+def reference(world: int, grouped: bool = True) -> dict:
+    """Single-process torch.optim.AdamW on the whole batch, with the groups (or one group of everything)."""
     model = build_model()
-    opt = torch.optim.AdamW(groups_of(model), lr=ADAM.lr, betas=ADAM.betas, eps=ADAM.eps,
-                            weight_decay=ADAM.weight_decay, foreach=False)
+    params = groups_of(model) if grouped else [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=ADAM.lr, betas=ADAM.betas, eps=ADAM.eps, weight_decay=ADAM.weight_decay,
+                            foreach=False)
     for step in range(STEPS):
         _, loss = model(*make_batch(CFG, MICRO_BATCH * world, seed=1000 + step))
         loss.backward()
@@ -66,7 +68,7 @@ CASES = [(0, {}), (1, {}), (2, {}), (3, {"param_persistence_threshold": 0}),
 @pytest.mark.parametrize("stage, kw", CASES, ids=["z0", "z1", "z2", "z3", "z2-offload", "z3-offload"])
 def test_each_group_steps_with_its_own_values(stage, kw, world):
     ref = reference(world)
-    plain = reference_without_groups(world)
+    plain = reference(world, grouped=False)
     for state in zero_ref.launch(train, world, stage, kw, timeout=120):
         for k in ref:
             diff = (state[k] - ref[k]).abs().max().item()
@@ -74,18 +76,6 @@ def test_each_group_steps_with_its_own_values(stage, kw, world):
             assert diff <= (0 if world == 1 and not kw else 1e-5), f"{k}: max |Δ| = {diff:.3g}"
         # the groups matter: one group with the defaults ends far from it
         assert max((plain[k] - ref[k]).abs().max().item() for k in ref) > 1e-3
-
-
-def reference_without_groups(world: int) -> dict:
-    model = build_model()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ADAM.lr, betas=ADAM.betas,
-                            eps=ADAM.eps, weight_decay=ADAM.weight_decay, foreach=False)
-    for step in range(STEPS):
-        _, loss = model(*make_batch(CFG, MICRO_BATCH * world, seed=1000 + step))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def test_runs_follow_the_groups_through_shards_and_padding():
