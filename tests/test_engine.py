@@ -289,3 +289,59 @@ def test_dataloader_offload_and_progress(one_rank, capsys):
         engine.step()
     out = capsys.readouterr().out
     assert "[zero_ref] step=2, skipped=0" in out and "forward:" in out and "bytes held (rank 0) | params:" in out
+
+
+# ------------------------------------------------------------------ DeepSpeed's surface beyond the loop
+
+def test_entry_points_have_deepspeeds_arguments(monkeypatch):
+    """add_config_arguments adds DeepSpeed's arguments (same names, defaults, parses); init_distributed
+    takes DeepSpeed's parameters in DeepSpeed's order (a positional "gloo" is the backend)."""
+    import argparse
+    import inspect
+    monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
+    deepspeed = pytest.importorskip("deepspeed")
+    for argv in ([], ["--deepspeed", "--deepspeed_config", "ds.json"], ["--deepscale_config", "old.json"]):
+        ours = vars(zero_ref.add_config_arguments(argparse.ArgumentParser()).parse_args(argv))
+        theirs = vars(deepspeed.add_config_arguments(argparse.ArgumentParser()).parse_args(argv))
+        assert ours == theirs, argv
+    ours, theirs = (inspect.signature(f).parameters for f in (zero_ref.init_distributed, deepspeed.init_distributed))
+    assert list(ours) == list(theirs)
+    assert [p.default for p in ours.values()][:3] == [None, True, 29500]
+
+
+def test_args_config_passthrough_and_16bit_save(one_rank, tmp_path):
+    import argparse
+    import json
+    from zero_ref.engine import initialize
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 2, "steps_per_print": 7,
+                                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    args = zero_ref.add_config_arguments(argparse.ArgumentParser()).parse_args(["--deepscale_config", str(path)])
+    model = build_model()
+    model.label = "toy"  # a script's own attribute on its model
+    with pytest.warns(DeprecationWarning, match="deepscale_config is deprecated"):
+        engine, *_ = initialize(args=args, model=model)
+    assert engine.steps_per_print() == 7
+    assert engine.label == "toy" and engine.cfg is model.cfg  # the module's attributes, through the engine
+    with pytest.raises(AttributeError, match="nor its module\\) has no attribute 'nothing'"):
+        engine.nothing
+    assert engine.save_16bit_model(str(tmp_path), "weights.bin")
+    saved = torch.load(tmp_path / "weights.bin", weights_only=True)
+    assert list(saved) == list(model.state_dict()) and all(torch.equal(v, model.state_dict()[k]) for k, v in saved.items())
+    engine.destroy()
+
+
+@pytest.mark.parametrize("gather", [False, True])
+def test_16bit_save_at_zero3_needs_the_gather_flag(one_rank, tmp_path, gather):
+    from zero_ref.engine import initialize
+    model = build_model()
+    full = {k: v.clone() for k, v in model.state_dict().items()}
+    engine, *_ = initialize(model=model, config={
+        "train_batch_size": 2, "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": gather}})
+    assert engine.save_16bit_model(str(tmp_path)) == gather  # DeepSpeed's answer: False, nothing written
+    assert (tmp_path / "pytorch_model.bin").exists() == gather
+    if gather:
+        saved = torch.load(tmp_path / "pytorch_model.bin", weights_only=True)
+        assert {v.dtype for v in saved.values()} == {torch.bfloat16} and list(saved) == list(full)
+        assert all(torch.equal(saved[k], v.to(torch.bfloat16)) for k, v in full.items())

@@ -10,7 +10,8 @@ _MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim",
             "offload", "nvme", "kernels", "config", "config_schema", "config_rules", "lr_schedules", "engine",
             "checkpoint", "zero_to_fp32", "checkpointing", "rng", "topology", "parallel", "compression",
             "diagnostics", "profile", "trial", "hf", "collective_algorithms", "schedules", "torch_trace")
-__all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed", "zero",
+__all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed",
+           "add_config_arguments", "zero",
            *_MODULES]
 
 _LAZY = {
@@ -21,6 +22,7 @@ _LAZY = {
     # DeepSpeed's entry points, so a script runs with `import zero_ref as ds` or `import deepspeed as ds`.
     "initialize": ("zero_ref.engine", "initialize"),
     "init_distributed": ("zero_ref.engine", "init_distributed"),
+    "add_config_arguments": ("zero_ref.engine", "add_config_arguments"),
     "zero": ("zero_ref.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
 }
 

@@ -17,7 +17,8 @@ one) whose hyper-parameters are read — the stage then steps Adam on its own pa
 wraps a client optimizer in its ZeRO optimizer. Any other optimizer is an error: the stages implement
 Adam(W) only (``zero_allow_untested_optimizer`` cannot change that). As in DeepSpeed, ``optimizer=``
 wins over the config section, and with ZeRO-Offload a client optimizer needs
-``"zero_force_ds_cpu_optimizer": false``. Per-group hyper-parameters are not supported.
+``"zero_force_ds_cpu_optimizer": false``. Param groups (``model_parameters`` as dicts, or the client
+optimizer's groups) keep their own lr, betas, eps and weight decay, as in DeepSpeed.
 
 Checkpoints: ``save_checkpoint`` / ``load_checkpoint`` delegate to zero_ref.checkpoint.
 """
@@ -38,7 +39,19 @@ from zero_ref.optim import AdamConfig
 from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
 from zero_ref.stages import STAGES
 
-__all__ = ["initialize", "init_distributed", "Engine"]
+__all__ = ["initialize", "init_distributed", "add_config_arguments", "Engine"]
+
+
+def add_config_arguments(parser):
+    """DeepSpeed's ``--deepspeed`` / ``--deepspeed_config`` (and the deprecated ``--deepscale*``) arguments,
+    as ``deepspeed.add_config_arguments`` adds them; ``initialize(args=...)`` reads the config path."""
+    group = parser.add_argument_group("DeepSpeed", "DeepSpeed configurations")
+    group.add_argument("--deepspeed", default=False, action="store_true",
+                       help="Enable DeepSpeed (helper flag for user code, no impact on the engine)")
+    group.add_argument("--deepspeed_config", default=None, type=str, help="DeepSpeed json configuration file.")
+    group.add_argument("--deepscale", default=False, action="store_true", help="Deprecated: --deepspeed")
+    group.add_argument("--deepscale_config", default=None, type=str, help="Deprecated: --deepspeed_config")
+    return parser
 
 
 def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_parameters=None, training_data=None,
@@ -58,36 +71,45 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
         raise ValueError("initialize: give config= or its older name config_params=, not both")
     config = config if config is not None else config_params
     from_args = getattr(args, "deepspeed_config", None)
+    if from_args is None and getattr(args, "deepscale_config", None) is not None:  # DeepSpeed still reads it
+        warnings.warn("args.deepscale_config is deprecated: use --deepspeed_config", DeprecationWarning)
+        from_args = args.deepscale_config
     if config is not None and from_args is not None:
         raise ValueError("initialize: the config is given twice (config= and args.deepspeed_config); give one")
     config = config if config is not None else from_args
     if config is None:
         raise ValueError("initialize: no config; pass config= (a dict or a JSON path) or args.deepspeed_config")
     raw = load(config)  # a missing file or bad JSON fails here, before any process group exists
-    init_distributed(dist_init_required, distributed_port)
+    init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     engine = Engine(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
                     lr_scheduler=lr_scheduler, collate_fn=collate_fn)
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
-def init_distributed(dist_init_required: bool | None = None, distributed_port: int = 29500) -> None:
-    """Join torch.distributed unless joined: from the launcher's environment (torchrun sets RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), else as the only rank of a one-process group."""
+def init_distributed(dist_backend: str | None = None, auto_mpi_discovery: bool = True, distributed_port: int = 29500,
+                     verbose: bool = True, timeout=None, init_method: str | None = None,
+                     dist_init_required: bool | None = None, config=None, rank: int = -1, world_size: int = -1) -> None:
+    """Join torch.distributed unless joined (DeepSpeed's signature): from the launcher's environment
+    (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or ``init_method`` with ``rank`` and
+    ``world_size``, else as the only rank of a one-process group (no MPI discovery, no comm config)."""
     if dist.is_initialized():
         return
     if dist_init_required is False:
         raise RuntimeError("torch.distributed is not initialized and dist_init_required=False: call "
                            "torch.distributed.init_process_group first (or leave dist_init_required unset)")
     cuda = torch.cuda.is_available()
-    backend = "nccl" if cuda else "gloo"
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    backend = dist_backend or ("nccl" if cuda else "gloo")
+    extra = {} if timeout is None else {"timeout": timeout}
+    if init_method is not None and rank >= 0 and world_size > 0:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, **extra)
+    elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(distributed_port))
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, init_method=init_method, **extra)
     else:  # `python train.py` without a launcher: one rank, no network
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **extra)
 
 
 class Engine(nn.Module):
@@ -325,6 +347,9 @@ class Engine(nn.Module):
     def gradient_clipping(self) -> float:
         return self.config.gradient_clipping
 
+    def steps_per_print(self) -> int | None:
+        return self.config.steps_per_print
+
     def get_lr(self) -> list[float]:
         return [g["lr"] for g in self._lr_source.param_groups]
 
@@ -341,7 +366,50 @@ class Engine(nn.Module):
     def loss_scale(self) -> float:
         return self.optimizer.loss_scale
 
+    def __getattr__(self, name: str):
+        """The module's attributes through the engine (``engine.config_of_my_model``), as DeepSpeed's
+        engine passes them through when it has no attribute of that name itself."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            module = self.__dict__.get("_modules", {}).get("module")
+            if module is not None and name != "module":
+                try:
+                    return getattr(module, name)
+                except AttributeError:
+                    pass
+            raise AttributeError(f"'{type(self).__name__}' object (nor its module) has no attribute '{name}'") from None
+
+    def destroy(self) -> None:
+        """DeepSpeed releases its buffers and compiled state here; zero_ref's stage waits for its collectives."""
+        self.optimizer._wait_all()
+
     # ------------------------------------------------------------ checkpoints (zero_ref.checkpoint)
+    def save_16bit_model(self, save_dir, save_filename: str = "pytorch_model.bin",
+                         exclude_frozen_parameters: bool = False) -> bool:
+        """The module's weights in their training dtype, written by rank 0 (every rank must call it, as in
+        DeepSpeed). At ZeRO-3 only with ``stage3_gather_16bit_weights_on_model_save``: the parameters are
+        gathered first; without it nothing is written and the answer is False (DeepSpeed's behaviour)."""
+        if self.zero_optimization_stage() == 3:
+            if not self.config.zero_optimization.stage3_gather_16bit_weights_on_model_save:
+                if self.global_rank == 0:
+                    print(f"[zero_ref] note: did not save {os.path.join(save_dir, save_filename)}: "
+                          "stage3_gather_16bit_weights_on_model_save is false")
+                return False
+            state = self.optimizer.state_dict()
+        else:
+            state = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        if exclude_frozen_parameters:
+            frozen = {n for n, p in self.module.named_parameters() if not p.requires_grad}
+            state = {k: v for k, v in state.items() if k not in frozen}
+        if self.global_rank == 0:
+            os.makedirs(save_dir, exist_ok=True)
+            path = os.path.join(save_dir, save_filename)
+            torch.save(state, path + ".tmp")
+            os.replace(path + ".tmp", path)  # no half-written file under the final name
+        comm.barrier(group=self.dp_group)
+        return True
+
     def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest: bool = True,  # noqa: B006 (DeepSpeed's)
                         exclude_frozen_parameters: bool = False):
         """Every rank must call it (it has collectives). Delegates to ``zero_ref.checkpoint.save``."""
