@@ -286,6 +286,48 @@ def test_zero_init_gathered_parameters_and_state_dict():
         assert res["bf16"] == res["fp16"] == 0
 
 
+def run_init_keywords(rank, world):
+    """DeepSpeed's Init / GatheredParameters keywords, and a model built with per-rank seeds."""
+    def gathered(model):
+        with GatheredParameters(model.parameters()):
+            return {k: v.clone() for k, v in model.state_dict().items()}
+
+    torch.manual_seed(0)
+    rank0 = {k: v.clone() for k, v in GPT(CFG).state_dict().items()}
+    out = {}
+    with Init():
+        torch.manual_seed(rank)  # seeded per rank: Init broadcasts rank 0's values before partitioning
+        out["per_rank_seed"] = zs.max_diff(gathered(GPT(CFG)), rank0)
+    torch.manual_seed(rank)
+    built = GPT(CFG)
+    Init(module=built, data_parallel_group=torch.distributed.group.WORLD)  # partition a model built already
+    out["module_kw"] = (all(p.numel() == 0 for p in built.parameters()), zs.max_diff(gathered(built), rank0))
+    with Init(enabled=False, config_dict_or_path={"zero_optimization": {"stage": 3}}, dtype=torch.bfloat16):
+        plain = GPT(CFG)
+    out["disabled"] = not any(hasattr(p, "_z3_unit") for p in plain.parameters())
+    with GatheredParameters(built.parameters(), modifier_rank=0, enabled=False):
+        out["gather_disabled"] = all(p.numel() == 0 for p in built.parameters())
+    errors = []
+    for kw in ({"remote_device": "nvme"}, {"zero_quantized_weights": True},
+               {"group": torch.distributed.group.WORLD, "data_parallel_group": torch.distributed.group.WORLD}):
+        try:
+            Init(**kw)
+        except ValueError as e:
+            errors.append(str(e))
+    out["errors"] = errors
+    return out
+
+
+@pytest.mark.slow
+def test_zero_init_takes_deepspeeds_keywords_and_rank0s_values():
+    for res in zero_ref.launch(run_init_keywords, 2, timeout=120):
+        assert res["per_rank_seed"] == 0  # rank 1 seeded 1 and still holds rank 0's model
+        assert res["module_kw"] == (True, 0)
+        assert res["disabled"] and res["gather_disabled"]
+        assert [e.split(":")[1].strip().split(" ")[0] for e in res["errors"]] == ["remote_device='nvme'",
+                                                                              "zero_quantized_weights", "give"]
+
+
 # ---------------------------------------------------------------- different control flow on different ranks
 
 def diverge(rank, world, prefetch, catch):

@@ -21,8 +21,9 @@ places where transformers and DeepSpeed meet:
   model would keep torch's default init. This ``Init`` also gathers around each call of
   ``PreTrainedModel._initialize_weights``: the module's own parameters and its direct children's
   (GPT-2's attention re-initializes its child ``c_proj.weight``), as transformers' own ZeRO-3 path
-  (``integrations.deepspeed.initialize_weights_zero3``) does. Every rank runs the same init on the
-  same values (same seed), so the shards hold bit for bit what ``cls(config)`` builds without it.
+  (``integrations.deepspeed.initialize_weights_zero3``) does. Every rank runs the init and keeps
+  rank 0's result (a broadcast), so the shards hold bit for bit what ``cls(config)`` builds on rank 0
+  without it.
   (transformers instead skips init while building, then inits on rank 0 and broadcasts: values
   equal in distribution, not bit for bit, to a build without DeepSpeed.)
 - ``fill_auto``: the ``"auto"`` values of a DeepSpeed config filled from the Trainer's
@@ -49,6 +50,8 @@ class Init(zero_init.Init):
         from transformers import PreTrainedModel
 
         super().__enter__()
+        if not self.enabled:
+            return self
         self._hf_init = PreTrainedModel.__dict__["_initialize_weights"]
         original = self._hf_init
 
@@ -61,7 +64,8 @@ class Init(zero_init.Init):
                 u.gather()
             original(model, module, is_custom_code)
             for u in units:
-                u.repartition()  # every rank ran the same init on the same values: keep our shard of it
+                u.take_from(0)  # rank 0's initialization on every rank (per-rank seeds draw other numbers)
+                u.repartition()
                 u.release()
 
         PreTrainedModel._initialize_weights = gathered
@@ -70,7 +74,8 @@ class Init(zero_init.Init):
     def __exit__(self, *exc) -> None:
         from transformers import PreTrainedModel
 
-        PreTrainedModel._initialize_weights = self._hf_init
+        if self.enabled:
+            PreTrainedModel._initialize_weights = self._hf_init
         super().__exit__(*exc)
 
 

@@ -263,8 +263,7 @@ class OptimizerOffload:
         step's gradients dropped)."""
         step = opt.global_steps
 
-        def adam(views) -> None:
-            """Adam on (params, grad, exp_avg, exp_avg_sq, start, end, cfg) spans: one call per param group."""
+        def adam(views) -> None:  # (param, grad, exp_avg, exp_avg_sq, start, end, cfg) spans: a call per group
             by_group: dict[tuple, list] = {}
             for p, g, m, v, start, end, cfg in views:
                 key = (cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay)

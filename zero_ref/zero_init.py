@@ -30,9 +30,10 @@ seeded differently still build one model (rank 0's). An initializer run
 elsewhere (``model.reset_parameters()`` after the block) sees empty tensors: wrap it in
 ``GatheredParameters(..., modifier_rank=0)``.
 
+``apply`` broadcasts rank 0's result before re-partitioning, as DeepSpeed's does.
+
 Simplified vs DeepSpeed: no tensor-creation overrides (device/dtype), no meta/``skip_init``
-handling, no remote (CPU/NVMe) device; ``apply`` keeps each rank's own result instead of
-broadcasting rank 0's (identical under the same seed; no communication).
+handling, no remote (CPU/NVMe) device.
 """
 from __future__ import annotations
 
@@ -111,6 +112,11 @@ class Unit:
         for p in self.params:
             p.data = self._empty(0)
 
+    def take_from(self, rank: int = 0) -> None:
+        """Every rank takes group rank ``rank``'s gathered values (a broadcast of the full buffer)."""
+        src = rank if self.group is None else dist.get_global_rank(self.group, rank)
+        comm.broadcast(self.full, src=src, group=self.group)
+
     def repartition(self) -> None:
         """Keep this rank's shard of the (edited) full buffer, in the fp32 master shard too."""
         master = getattr(self, "master", self.part)  # a stage's fp32 master (mixed precision or offloaded)
@@ -132,8 +138,10 @@ class GatheredParameters:
     are broadcast on exit and re-partitioned on every rank, fp32 master shards included. With None,
     edits are discarded. Units already gathered (persistent ones) stay gathered."""
 
-    def __init__(self, params, modifier_rank: int | None = None):
-        params = [params] if isinstance(params, torch.Tensor) else list(params)
+    def __init__(self, params, modifier_rank: int | None = None, fwd_module=None, enabled: bool = True):
+        # DeepSpeed's keywords: enabled=False makes the block a no-op; fwd_module (registering parameters
+        # used outside their module's forward) has no counterpart here and is ignored
+        params = [] if not enabled else [params] if isinstance(params, torch.Tensor) else list(params)
         self.units = list(dict.fromkeys(p._z3_unit for p in params if hasattr(p, "_z3_unit")))
         self.modifier_rank = modifier_rank
 
@@ -146,8 +154,7 @@ class GatheredParameters:
     def __exit__(self, exc_type, *exc) -> None:
         if self.modifier_rank is not None and exc_type is None:
             for u in self.units:
-                src = self.modifier_rank if u.group is None else dist.get_global_rank(u.group, self.modifier_rank)
-                comm.broadcast(u.full, src=src, group=u.group)
+                u.take_from(self.modifier_rank)
                 u.repartition()
         for u in self.gathered:
             u.release()
@@ -161,12 +168,34 @@ def _subclasses(cls: type) -> set[type]:
 
 
 class Init:
-    """Partition every module's parameters over ``group`` as soon as the module is constructed."""
+    """Partition every module's parameters over ``group`` as soon as the module is constructed.
 
-    def __init__(self, group=None):
-        self.group = group
+    DeepSpeed's keywords are accepted: ``data_parallel_group`` (zero_ref's ``group``), ``enabled=False``
+    (a no-op block), ``module=`` (partition a model built already, as if built inside), and
+    ``config_dict_or_path`` / ``config`` / ``dtype`` / ``mem_efficient_linear`` / ``pin_memory``, which
+    change nothing here: the stage casts the partitions to the config's precision when it adopts them.
+    ``remote_device`` (partitions built on the host or NVMe) and DeepSpeed's other options are refused."""
+
+    def __init__(self, module=None, data_parallel_group=None, mem_efficient_linear=True, remote_device=None,
+                 pin_memory=False, config_dict_or_path=None, config=None, enabled=True, dtype=None, mpu=None,
+                 *, group=None, **options):
+        if group is not None and data_parallel_group is not None:
+            raise ValueError("Init: give group= or DeepSpeed's data_parallel_group=, not both")
+        if remote_device not in (None, "none") and remote_device != torch.get_default_device().type:
+            raise ValueError(f"Init: remote_device={remote_device!r} is not supported by zero_ref (partitions are "
+                             "built on the default device); keep them on the host with the config's offload_param")
+        unsupported = sorted(k for k, v in {"mpu": mpu, **options}.items() if v not in (None, False))
+        if unsupported:
+            raise ValueError(f"Init: {', '.join(unsupported)} not supported by zero_ref's Init")
+        self.group = group if group is not None else data_parallel_group
+        self.enabled = enabled
+        if module is not None and enabled:
+            for m in module.modules():
+                self._partition(m)
 
     def __enter__(self):
+        if not self.enabled:
+            return self
         self._building: set[int] = set()  # objects whose outermost __init__ is running
         self._patched: list[tuple[type, object]] = []
         for cls in _subclasses(nn.Module):
@@ -184,6 +213,8 @@ class Init:
         return self
 
     def __exit__(self, *exc) -> None:
+        if not self.enabled:
+            return
         for cls, init in reversed(self._patched):
             cls.__init__ = init
         if self._old_init_subclass is None:
@@ -237,6 +268,7 @@ def _apply_gathered(module: nn.Module, fn):
         u.gather()
     fn(module)
     for u in units:
-        u.repartition()  # every rank ran the same fn on the same values: keep our shard of it
+        u.take_from(0)  # rank 0's result, as DeepSpeed's apply broadcasts it: an initializer drew per-rank numbers
+        u.repartition()
         u.release()
     return module
