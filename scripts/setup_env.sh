@@ -39,7 +39,16 @@ warm_deepspeed() {  # a few seconds when the op is built already
     || echo "warning: DeepSpeed's shm op did not build; the first DeepSpeed run will try again" >&2
 }
 
+# JupyterLab 4.6 sends widget messages to kernel subshells, which ipykernel 7 runs on threads of their own:
+# two slider moves then draw one matplotlib figure at once. The course's widgets take a lock for that
+# (course/widgets.py); the project's JupyterLab also keeps comms on the main shell.
+lab_settings() {
+  mkdir -p "$VENV/share/jupyter/lab/settings"
+  cp scripts/jupyter_lab_overrides.json "$VENV/share/jupyter/lab/settings/overrides.json"
+}
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
+  lab_settings
   warm_deepspeed
   exit 0
 fi
@@ -55,6 +64,7 @@ pip install -r requirements-dev.txt
 # torch installed above; build isolation would fetch a second, multi-GB torch.
 pip install --no-build-isolation -r requirements-peers.txt
 pip install --no-deps --no-build-isolation -e .
+lab_settings
 warm_deepspeed
 echo "$want" > "$stamp"
 echo "Environment ready: $VENV"

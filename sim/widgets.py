@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import threading
 from statistics import fmean
 
 from sim.config import GPUS, MODELS, Cluster, Model
@@ -25,6 +26,11 @@ from sim.idle import CAUSE_LABELS, CAUSES
 from sim.pipeline import bubble_fraction
 from sim.plan import Plan
 
+# Widget callbacks can run on several threads at once: JupyterLab 4.6 sends comm messages to kernel
+# subshells, and ipykernel 7 handles each subshell on its own thread. matplotlib (pyplot's figure list,
+# one Figure drawn twice at once) is not thread-safe, so every redraw in the course takes this lock
+# (course.widgets.interactive too): two updates draw one after the other, never into each other.
+DRAW_LOCK = threading.RLock()
 NODE_BUDGET = 3000
 MAX_ROWS = 16
 OFFLOAD = {"none": ("none", "none"), "optimizer → CPU": ("cpu", "none"), "optimizer → NVMe": ("nvme", "none"),
@@ -147,6 +153,10 @@ class _Explorer:
 
     def update(self) -> None:
         """Re-simulate with the controls' values and redraw in place (an invalid setting is shown, not raised)."""
+        with DRAW_LOCK:
+            self._update()
+
+    def _update(self) -> None:
         try:
             self.result, self.error = self.compute(**self.settings), None
         except ValueError as e:
