@@ -10,8 +10,10 @@ export PYTHONHASHSEED := 0
 NBVAL := --nbval --nbval-sanitize-with course/nbval_sanitize.cfg
 # JupyterLab refuses to run as root without this flag (containers, CI machines run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
-# Where `make lab` opens the course, and extra JupyterLab options (e.g. LAB_ARGS="--port=8890").
-NOTEBOOK_DIR ?= notebooks
+# Where `make lab` opens the course: work/, the student's own copy (exercises unsolved; made on first use,
+# chapters added later, never overwritten). NOTEBOOK_DIR=notebooks opens the reference, solutions included.
+# Extra JupyterLab options: e.g. LAB_ARGS="--port=8890".
+NOTEBOOK_DIR ?= work
 LAB_ARGS ?=
 
 .PHONY: setup lab test test-portable test-fast notebooks check-notebooks release grade grade-class site
@@ -20,6 +22,7 @@ setup:
 	@VENV=$(VENV) scripts/setup_env.sh
 
 lab: setup
+	@if [ "$(NOTEBOOK_DIR)" = work ]; then $(PY) -m course.assign workspace notebooks/ch*.ipynb -o work; fi
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup

@@ -153,6 +153,17 @@ def release(paths, outdir="release") -> list[Path]:
     return [outdir / p.name for p in paths]
 
 
+def workspace(paths, outdir="work") -> tuple[list[Path], list[Path]]:
+    """A student's own copy of the course: the release of each chapter not in ``outdir`` yet.
+
+    A notebook already there is the student's work and is never touched, so running it again only
+    adds chapters. Returns (written, kept)."""
+    outdir, paths = Path(outdir), [Path(p) for p in paths]
+    missing = [p for p in paths if not (outdir / p.name).exists()]
+    written = release(missing, outdir) if missing else []
+    return written, [outdir / p.name for p in paths if p not in missing]
+
+
 # --- grading --------------------------------------------------------------------------------
 
 @dataclass
@@ -341,6 +352,21 @@ def release_main(argv=None, prog="zero-lab-release") -> int:
     return 0
 
 
+def workspace_main(argv=None, prog="zero-lab-workspace") -> int:
+    p = argparse.ArgumentParser(prog=prog, description="Add the student release of every chapter not in "
+                                "the workspace yet; notebooks already there (your work) are kept as they are.")
+    p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
+    p.add_argument("-o", "--output-dir", default="work", help="default: work/")
+    args = p.parse_args(argv)
+    try:
+        written, kept = workspace(args.notebooks, args.output_dir)
+    except NotebookError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.output_dir}/: {len(written)} chapter(s) added, {len(kept)} of yours kept unchanged")
+    return 0
+
+
 def grade_main(argv=None, prog="zero-lab-grade") -> int:
     p = argparse.ArgumentParser(prog=prog, description="Grade student notebooks against the "
                                 "reference notebook of the same file name.")
@@ -434,9 +460,9 @@ def class_main(argv=None, prog="zero-lab-grade-class") -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"release": release_main, "grade": grade_main, "class": class_main}
+    commands = {"release": release_main, "workspace": workspace_main, "grade": grade_main, "class": class_main}
     if not argv or argv[0] not in commands:
-        print("usage: python -m course.assign {release,grade,class} ...", file=sys.stderr)
+        print("usage: python -m course.assign {release,workspace,grade,class} ...", file=sys.stderr)
         return 2
     return commands[argv[0]](argv[1:], prog=f"python -m course.assign {argv[0]}")
 

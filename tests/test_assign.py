@@ -71,6 +71,32 @@ def test_release_replaces_regions_exactly_and_clears_outputs(tmp_path):
     assert nbformat.read(tmp_path / FIXTURE.name, as_version=4) == student
 
 
+def test_the_workspace_adds_missing_chapters_and_never_touches_the_students(tmp_path, capsys):
+    """`make lab` opens work/: the release of each chapter, made once; a student's notebook is never replaced."""
+    other = tmp_path / "ch98_other.ipynb"
+    other.write_text(FIXTURE.read_text())
+    work = tmp_path / "work"
+    assert assign.workspace_main([str(FIXTURE), "-o", str(work)]) == 0
+    assert nbformat.read(work / FIXTURE.name, as_version=4) == assign.make_release(reference())
+    mine = nbformat.read(work / FIXTURE.name, as_version=4)
+    cell(mine, "task-99-1-solution").source = "def adam_state_bytes(n_params):\n    return 8 * n_params"
+    nbformat.write(mine, work / FIXTURE.name)
+    before = (work / FIXTURE.name).read_bytes()
+    written, kept = assign.workspace([FIXTURE, other], work)  # a new chapter appears in the course
+    assert written == [work / other.name] and kept == [work / FIXTURE.name]
+    assert (work / FIXTURE.name).read_bytes() == before  # the student's answer is still there
+    assert assign.workspace_main([str(FIXTURE), str(other), "-o", str(work)]) == 0
+    assert "0 chapter(s) added, 2 of yours kept unchanged" in capsys.readouterr().out
+
+
+def test_make_lab_opens_the_workspace_unless_told_the_reference():
+    root = Path(__file__).resolve().parents[1]
+    default = subprocess.run(["make", "-n", "lab"], cwd=root, capture_output=True, text=True).stdout
+    assert "course.assign workspace notebooks/ch*.ipynb -o work" in default and "--notebook-dir=work" in default
+    ref = subprocess.run(["make", "-n", "lab", "NOTEBOOK_DIR=notebooks"], cwd=root, capture_output=True, text=True).stdout
+    assert "--notebook-dir=notebooks" in ref
+
+
 BAD_MARKERS = {
     "### BEGIN SOLUTION\nx = 1\n": "has no ### END SOLUTION",
     "x = 1\n### END SOLUTION\n": "without ### BEGIN SOLUTION",
