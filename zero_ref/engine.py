@@ -211,12 +211,23 @@ class Engine(nn.Module):
         return adam, [{"params": g["params"], **{k: g[k] for k in ("lr", "betas", "eps", "weight_decay")}}
                       for g in groups], optimizer
 
-    @staticmethod
-    def _check_params(given, trainable, what: str) -> None:
-        if {id(p) for p in given} != {id(p) for p in trainable}:
-            raise ConfigError("model_parameters", f"{what} must be exactly the module's parameters with "
-                                                  "requires_grad=True: zero_ref trains every such parameter; freeze "
-                                                  "the others with requires_grad_(False) instead of leaving them out")
+    def _check_params(self, given, trainable, what: str) -> None:
+        """``given`` must be parameters of the module with requires_grad=True. Those it leaves out are not
+        trained, as in DeepSpeed (bing_bert leaves its pooler out): zero_ref freezes them, which trains the
+        same model and spends no gradient memory on them."""
+        given_ids = {id(p) for p in given}
+        if not given_ids <= {id(p) for p in trainable}:
+            raise ConfigError("model_parameters", f"{what} hold a tensor that is not one of the module's parameters "
+                                                  "with requires_grad=True")
+        left_out = [n for n, p in self.module.named_parameters() if p.requires_grad and id(p) not in given_ids]
+        if left_out:
+            for n, p in self.module.named_parameters():
+                if n in left_out:
+                    p.requires_grad_(False)
+            if self.dp_rank == 0:
+                print(f"[zero_ref] note: {what} leave out {len(left_out)} trainable parameter(s) "
+                      f"({', '.join(left_out[:3])}{', ...' if len(left_out) > 3 else ''}): they are not trained, as in "
+                      "DeepSpeed, and zero_ref sets requires_grad=False on them")
 
     def _stage_kwargs(self, adam: AdamConfig) -> dict:
         cfg, z = self.config, self.config.zero_optimization
