@@ -34,7 +34,7 @@ test: setup
 # CPU that recorded it fails here. Every notebook under strict nbval, the tests that compare numbers, and
 # each chapter's alternative answers (tests/alternatives/) graded against the natively recorded outputs.
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ZERO_LAB_PORTABLE=1
-NUMERICAL_TESTS := $(patsubst %,tests/test_%.py,portability zero_stages zero3 engine precision kernels offload \
+NUMERICAL_TESTS := $(patsubst %,tests/test_%.py,portability zero_stages zero3 engine param_groups precision kernels offload \
   flat_optim tensor_parallel pipeline moe compression hf)
 test-portable: setup
 	$(PORTABLE_ENV) $(PY) -m pytest $(NUMERICAL_TESTS) notebooks $(NBVAL) \

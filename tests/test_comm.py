@@ -118,3 +118,45 @@ def test_ring_wire_bytes_theory():
     assert comm.ring_wire_bytes("all_reduce", 1000, 1) == 0
     with pytest.raises(ValueError, match="unknown collective"):
         comm.ring_wire_bytes("gossip", 1, 2)
+
+
+def deepspeed_style(rank, n):
+    """A script written for deepspeed.comm, run on zero_ref.comm (import zero_ref as deepspeed)."""
+    import zero_ref as deepspeed
+    dc = deepspeed.comm
+    out = {"rank": dc.get_rank(), "world": dc.get_world_size(), "local": dc.get_local_rank(),
+           "global0": dc.get_global_rank(dc.get_world_group(), 0), "ranks": dc.get_all_ranks_from_group(),
+           "initialized": dc.is_initialized()}
+    t = torch.full((3,), float(rank + 1))
+    dc.all_reduce(t, op=dc.ReduceOp.SUM)
+    out["sum"] = t.tolist()
+    t = torch.full((3,), float(rank + 1))
+    dc.all_reduce(t, dc.ReduceOp.MAX)
+    out["max"] = t.tolist()
+    parts = [torch.empty(2, 2) for _ in range(n)]
+    dc.all_gather(parts, torch.full((2, 2), float(rank)))  # DeepSpeed's list form
+    out["gathered"] = [p[0, 0].item() for p in parts]
+    flat = torch.empty(2 * n)
+    dc.all_gather_into_tensor(flat, torch.full((2,), float(rank)))
+    out["into_tensor"] = flat.tolist()
+    mine = torch.empty(2, 2)
+    dc.reduce_scatter(mine, [torch.full((2, 2), float(10 * r + rank)) for r in range(n)], op=dc.ReduceOp.SUM)
+    out["scattered"] = mine.flatten().tolist()  # Σ over ranks q of 10·rank + q
+    with comm.recording() as log:
+        dc.reduce_scatter_tensor(torch.empty(1), torch.ones(n), op=dc.ReduceOp.AVG)
+        try:
+            dc.reduce_scatter(torch.empty(4, 2).t(), torch.ones(8 * n))
+        except ValueError as e:
+            out["noncontiguous"] = str(e)
+    out["ops"] = [r.op for r in log.records]  # the refused call was never issued
+    return out
+
+
+def test_deepspeeds_comm_names_work_on_zero_ref():
+    n = 2
+    for rank, out in enumerate(zero_ref.launch(deepspeed_style, n, timeout=60)):
+        assert (out["rank"], out["world"], out["global0"], out["ranks"], out["initialized"]) == (rank, n, 0, [0, 1], True)
+        assert out["sum"] == [3.0] * 3 and out["max"] == [2.0] * 3
+        assert out["gathered"] == [0.0, 1.0] and out["into_tensor"] == [0.0, 0.0, 1.0, 1.0]
+        assert out["scattered"] == [10.0 * rank * n + sum(range(n))] * 4
+        assert "must be contiguous" in out["noncontiguous"] and out["ops"] == ["reduce_scatter"]

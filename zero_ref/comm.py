@@ -12,6 +12,7 @@ backend (gloo on CPU, NCCL on CUDA), checks shapes with a clear error, and — i
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -114,7 +115,21 @@ def _record(op: str, tensor: torch.Tensor | None, group) -> None:
             log.records.append(rec)
 
 
+ReduceOp = dist.ReduceOp  # deepspeed.comm.ReduceOp's members by name: SUM, AVG, MAX, MIN, PRODUCT
+_NAMES = {ReduceOp.SUM: "sum", ReduceOp.AVG: "avg", ReduceOp.MAX: "max", ReduceOp.MIN: "min",
+          ReduceOp.PRODUCT: "product"}
+
+
+def _op_name(op) -> str:
+    """'sum', ... from a name or a ReduceOp (DeepSpeed's scripts pass ``ReduceOp.SUM``)."""
+    if not isinstance(op, str):
+        name = getattr(op, "name", None)  # deepspeed.comm.ReduceOp (an Enum) or torch's RedOpType
+        op = _NAMES.get(op, name.lower() if isinstance(name, str) else op)
+    return op
+
+
 def _reduce_op(op: str):
+    op = _op_name(op)
     if op not in _OPS:
         raise ValueError(f"op must be one of {', '.join(_OPS)}, got {op!r}")
     return _OPS[op]
@@ -138,6 +153,7 @@ def _check_split(kind: str, small: torch.Tensor, big: torch.Tensor, n: int) -> N
 
 def all_reduce(tensor: torch.Tensor, op: str = "sum", group=None, async_op: bool = False):
     """In place: every rank ends with the reduction of all ranks' ``tensor``."""
+    op = _op_name(op)
     _check_avg(op, async_op)
     _record("all_reduce", tensor, group)
     work = dist.all_reduce(tensor, op=_reduce_op(op), group=group, async_op=async_op)
@@ -147,19 +163,29 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group=None, async_op: bool
 
 
 def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", group=None, async_op: bool = False):
-    """Reduce ``input`` over ranks; rank r keeps chunk r (``output`` = 1/n of ``input``)."""
-    n = dist.get_world_size(group)
+    """Reduce ``input`` over ranks; rank r keeps chunk r (``output`` = 1/n of ``input``). ``input`` may be
+    DeepSpeed's list of n chunks (chunk r for rank r)."""
+    op, n = _op_name(op), dist.get_world_size(group)
+    if isinstance(input, (list, tuple)):  # end to end, the chunks are the full buffer
+        input = torch.cat([t.reshape(-1) for t in input])
+    if not output.is_contiguous():
+        raise ValueError("reduce_scatter: the output must be contiguous (it receives the reduced chunk in place)")
     _check_split("reduce_scatter", output, input, n)
     _check_avg(op, async_op)
     _record("reduce_scatter", input, group)
-    work = dist.reduce_scatter_single(output, input, op=_reduce_op(op), group=group, async_op=async_op)
+    work = dist.reduce_scatter_single(output.view(-1), input.reshape(-1), op=_reduce_op(op), group=group,
+                                      async_op=async_op)
     if op == "avg":
         output.div_(n)
     return work
 
 
 def all_gather(output: torch.Tensor, input: torch.Tensor, group=None, async_op: bool = False):
-    """Concatenate every rank's ``input`` into ``output`` (rank order), on every rank."""
+    """Concatenate every rank's ``input`` into ``output`` (rank order), on every rank. ``output`` may be
+    DeepSpeed's (and torch's) list of n tensors, one per rank."""
+    if isinstance(output, (list, tuple)):
+        _record("all_gather", input.new_empty(len(output) * input.numel()), group)
+        return dist.all_gather(list(output), input, group=group, async_op=async_op)
     _check_split("all_gather", input, output, dist.get_world_size(group))
     _record("all_gather", output, group)
     return dist.all_gather_single(output, input, group=group, async_op=async_op)
@@ -215,3 +241,58 @@ def barrier(group=None) -> None:
     """Wait until every rank of the group arrives."""
     _record("barrier", None, group)
     dist.barrier(group=group)
+
+
+# ---------------------------------------------------------------- DeepSpeed's names (deepspeed.comm)
+# With ``import zero_ref as deepspeed``, ``deepspeed.comm.<name>`` is here: the queries a script makes, and
+# the tensor collectives under their DeepSpeed names (the same calls as above, recorded alike).
+
+def is_initialized() -> bool:
+    return dist.is_initialized()
+
+
+def is_available() -> bool:
+    return dist.is_available()
+
+
+def get_rank(group=None) -> int:
+    return dist.get_rank(group)
+
+
+def get_world_size(group=None) -> int:
+    return dist.get_world_size(group)
+
+
+def get_local_rank() -> int:
+    """The launcher's LOCAL_RANK (torchrun, deepspeed), 0 without one."""
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def get_global_rank(group=None, group_rank: int = 0) -> int:
+    return dist.get_global_rank(group or dist.group.WORLD, group_rank)
+
+
+def get_all_ranks_from_group(group=None) -> list[int]:
+    return dist.get_process_group_ranks(group or dist.group.WORLD)
+
+
+def get_world_group():
+    return dist.group.WORLD
+
+
+def new_group(ranks):
+    return dist.new_group(ranks)
+
+
+def destroy_process_group(group=None) -> None:
+    dist.destroy_process_group(group)
+
+
+def init_distributed(*args, **kwargs) -> None:
+    from zero_ref.engine import init_distributed as init
+    init(*args, **kwargs)
+
+
+all_gather_into_tensor = allgather_fn = all_gather
+reduce_scatter_tensor = reduce_scatter_fn = reduce_scatter
+all_to_all_single = all_to_all
