@@ -364,3 +364,21 @@ def test_16bit_save_at_zero3_needs_the_gather_flag(one_rank, tmp_path, gather):
         saved = torch.load(tmp_path / "pytorch_model.bin", weights_only=True)
         assert {v.dtype for v in saved.values()} == {torch.bfloat16} and list(saved) == list(full)
         assert all(torch.equal(saved[k], v.to(torch.bfloat16)) for k, v in full.items())
+
+
+def test_get_accelerator_answers_as_deepspeeds_on_this_machine(monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
+    pytest.importorskip("deepspeed")
+    from deepspeed.accelerator import get_accelerator as theirs
+    ours, ds = zero_ref.accelerator.get_accelerator(), theirs()
+    if ds.device_name() != ours.device_name():
+        pytest.skip(f"DeepSpeed chose the {ds.device_name()} accelerator here")
+    for call in ("device_name()", "device_name(0)", "current_device_name()", "is_available()",
+                 "is_bf16_supported()", "is_fp16_supported()", "device(0)"):
+        a, b = eval(f"ours.{call}"), eval(f"ds.{call}")
+        assert (bool(a) == bool(b)) if call.startswith("is_") else (a == b), call  # (DeepSpeed's CPU fp16 answer
+        # is None, not False, where oneDNN has no fp16)
+    if ds.communication_backend_name() in ("gloo", "nccl"):  # (DeepSpeed picks oneCCL where it is installed)
+        assert ours.communication_backend_name() == ds.communication_backend_name()
+    t = torch.ones(2)
+    assert ours.on_accelerator(t) == (ours.device_name() == "cpu")

@@ -9,7 +9,7 @@ from importlib import import_module
 _MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim", "stages", "batch", "zero_init",
             "offload", "nvme", "kernels", "config", "config_schema", "config_rules", "lr_schedules", "engine",
             "checkpoint", "zero_to_fp32", "checkpointing", "rng", "topology", "parallel", "compression",
-            "diagnostics", "profile", "trial", "hf", "collective_algorithms", "schedules", "torch_trace")
+            "diagnostics", "profile", "trial", "hf", "collective_algorithms", "schedules", "torch_trace", "accelerator")
 __all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed",
            "add_config_arguments", "zero",
            *_MODULES]
