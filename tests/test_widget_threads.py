@@ -23,8 +23,27 @@ from course.widgets import interactive  # noqa: E402
 WAIT_S = 2.0  # how long an update waits for a second one to join it inside the drawing function
 
 
-def concurrent_updates(make, threads: int = 2) -> tuple[list[str], list[int]]:
-    """Move a slider from ``threads`` threads at once; per update: met another inside? figures open."""
+def meet(barrier: threading.Barrier, met: list) -> None:
+    """Wait for a second update inside the drawing code: "together" if one came, "alone" if none could."""
+    try:
+        barrier.wait()
+        met.append("together")
+    except threading.BrokenBarrierError:
+        met.append("alone")
+        barrier.reset()
+
+
+def run_at_once(targets) -> None:
+    workers = [threading.Thread(target=t) for t in targets]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout=30)
+
+
+def concurrent_updates(kind, threads: int = 2) -> tuple[list[str], list[int]]:
+    """Two ``kind`` (an interactive class) on two sliders, moved from two threads at once; per update:
+    did it meet the other inside the drawing function, and how many figures were open there."""
     barrier = threading.Barrier(2, timeout=WAIT_S)
     met, open_figures = [], []
 
@@ -33,46 +52,25 @@ def concurrent_updates(make, threads: int = 2) -> tuple[list[str], list[int]]:
             return  # the call at construction
         fig, ax = plt.subplots(figsize=(2, 1))
         ax.plot([0, 1], [x, x])
-        try:
-            barrier.wait()
-            met.append("together")
-        except threading.BrokenBarrierError:
-            met.append("alone")
-            barrier.reset()
+        meet(barrier, met)
         open_figures.append(len(plt.get_fignums()))
         fig.savefig(io.BytesIO(), format="png")
         plt.close(fig)
 
     sliders = [ipywidgets.IntSlider(value=0, min=0, max=10) for _ in range(threads)]
-    make(draw, **{f"x{k}": s for k, s in enumerate(sliders)})
-    workers = [threading.Thread(target=setattr, args=(s, "value", k + 1)) for k, s in enumerate(sliders)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=30)
+    made = [kind(draw, x=s) for s in sliders]  # noqa: F841 - kept alive while the sliders move
+    run_at_once([lambda s=s, k=k: setattr(s, "value", k + 1) for k, s in enumerate(sliders)])
     return met, open_figures
 
 
 def test_course_interactive_draws_one_update_at_a_time():
-    made = []
-
-    def make(draw, **sliders):
-        for s in sliders.values():
-            made.append(interactive(draw, x=s))
-
-    met, open_figures = concurrent_updates(make)
+    met, open_figures = concurrent_updates(interactive)
     assert met == ["alone", "alone"] and open_figures == [1, 1]  # never two figures at once
 
 
 def test_ipywidgets_interactive_lets_two_updates_draw_together():
     """The control: without the lock the two updates are inside the drawing function at once."""
-    made = []
-
-    def make(draw, **sliders):
-        for s in sliders.values():
-            made.append(ipywidgets.interactive(draw, x=s))
-
-    met, _ = concurrent_updates(make)
+    met, _ = concurrent_updates(ipywidgets.interactive)
     assert met == ["together", "together"]
 
 
@@ -82,22 +80,11 @@ def test_sim_explorers_hold_the_same_lock(monkeypatch):
     barrier = threading.Barrier(2, timeout=WAIT_S)
     met = []
     for e in explorers:
-        original = e.compute
-
-        def compute(*a, _original=original, **kw):
-            try:
-                barrier.wait()
-                met.append("together")
-            except threading.BrokenBarrierError:
-                met.append("alone")
-                barrier.reset()
+        def compute(*a, _original=e.compute, **kw):
+            meet(barrier, met)
             return _original(*a, **kw)
         monkeypatch.setattr(e, "compute", compute)
-    workers = [threading.Thread(target=e.update) for e in explorers]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=30)
+    run_at_once([e.update for e in explorers])
     assert met == ["alone", "alone"]
     assert widgets.DRAW_LOCK is __import__("course.widgets", fromlist=["DRAW_LOCK"]).DRAW_LOCK
 

@@ -184,7 +184,8 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group=None, async_op: 
     """Concatenate every rank's ``input`` into ``output`` (rank order), on every rank. ``output`` may be
     DeepSpeed's (and torch's) list of n tensors, one per rank."""
     if isinstance(output, (list, tuple)):
-        _record("all_gather", input.new_empty(len(output) * input.numel()), group)
+        # the full buffer's size and dtype for the record, without allocating it
+        _record("all_gather", torch.empty(len(output) * input.numel(), dtype=input.dtype, device="meta"), group)
         return dist.all_gather(list(output), input, group=group, async_op=async_op)
     _check_split("all_gather", input, output, dist.get_world_size(group))
     _record("all_gather", output, group)

@@ -38,6 +38,7 @@ from zero_ref.measure import unique_storage_bytes
 from zero_ref.optim import AdamConfig
 from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
 from zero_ref.stages import STAGES
+from zero_ref.stages.base import HYPER
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "Engine"]
 
@@ -208,8 +209,7 @@ class Engine(nn.Module):
         adam = AdamConfig(lr=float(first["lr"]), betas=tuple(first["betas"]), eps=first["eps"],
                           weight_decay=first["weight_decay"], adamw=isinstance(optimizer, torch.optim.AdamW))
         # each group keeps its own hyper-parameters; the stage steps it with them
-        return adam, [{"params": g["params"], **{k: g[k] for k in ("lr", "betas", "eps", "weight_decay")}}
-                      for g in groups], optimizer
+        return adam, [{"params": g["params"], **{k: g[k] for k in HYPER}} for g in groups], optimizer
 
     def _check_params(self, given, trainable, what: str) -> None:
         """``given`` must be parameters of the module with requires_grad=True. Those it leaves out are not
@@ -220,14 +220,12 @@ class Engine(nn.Module):
             raise ConfigError("model_parameters", f"{what} hold a tensor that is not one of the module's parameters "
                                                   "with requires_grad=True")
         left_out = [n for n, p in self.module.named_parameters() if p.requires_grad and id(p) not in given_ids]
-        if left_out:
-            for n, p in self.module.named_parameters():
-                if n in left_out:
-                    p.requires_grad_(False)
-            if self.dp_rank == 0:
-                print(f"[zero_ref] note: {what} leave out {len(left_out)} trainable parameter(s) "
-                      f"({', '.join(left_out[:3])}{', ...' if len(left_out) > 3 else ''}): they are not trained, as in "
-                      "DeepSpeed, and zero_ref sets requires_grad=False on them")
+        for n in left_out:
+            self.module.get_parameter(n).requires_grad_(False)
+        if left_out and self.dp_rank == 0:
+            print(f"[zero_ref] note: {what} leave out {len(left_out)} trainable parameter(s) "
+                  f"({', '.join(left_out[:3])}{', ...' if len(left_out) > 3 else ''}): they are not trained, as in "
+                  "DeepSpeed, and zero_ref sets requires_grad=False on them")
 
     def _stage_kwargs(self, adam: AdamConfig) -> dict:
         cfg, z = self.config, self.config.zero_optimization
