@@ -1,6 +1,7 @@
 """Lab scripts run under torchrun exactly as the README shows."""
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +11,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def torchrun_env(**extra) -> dict:
+    """The environment for a torchrun job: one thread per rank, and a free master port (torchrun reads
+    --master-port from PET_MASTER_PORT), so the command stays the README's and two jobs never meet on 29500."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PET_MASTER_PORT": str(port), **extra}
+
+
 @pytest.mark.slow
 def test_data_parallel_lab_under_torchrun():
     torchrun = Path(sys.executable).with_name("torchrun")
     out = subprocess.run([str(torchrun), "--nproc_per_node=2", "-m", "course.labs.data_parallel", "--steps", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env=torchrun_env())
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ranks=2" in out.stdout and out.stdout.rstrip().endswith("OK"), out.stdout
 
@@ -28,7 +38,7 @@ def test_three_d_lab_under_torchrun(tmp_path):
     out = subprocess.run([str(torchrun), "--nproc-per-node", "8", "-m", "course.labs.three_d", "--steps", "3",
                           "--check", "--out", str(out_file)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env=torchrun_env())
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tp=2 pp=2 dp=2" in out.stdout and out.stdout.rstrip().endswith("OK"), out.stdout
     curve = json.loads(out_file.read_text())
@@ -43,12 +53,12 @@ def test_either_engine_lab_gives_deepspeeds_losses():
     for engine in ("zero_ref", "deepspeed"):
         out = subprocess.run([str(torchrun), "--nproc_per_node=2", "-m", "course.labs.either_engine", "--engine", engine,
                               "--stage", "2", "--steps", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"})
+                             env=torchrun_env(DS_ACCELERATOR="cpu"))
         lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         # RESULT is printed after the last collective; a gloo abort in teardown after it does not undo it
         assert lines and (out.returncode == 0 or "terminate called without an active exception" in out.stderr), \
             out.stderr[-3000:]
-        results[engine] = __import__("json").loads(lines[-1][len("RESULT "):])
+        results[engine] = json.loads(lines[-1][len("RESULT "):])
     ours, theirs = results["zero_ref"], results["deepspeed"]
     assert ours["train_batch_size"] == theirs["train_batch_size"] == 8 and len(ours["losses"]) == 2
     assert ours["losses"] == pytest.approx(theirs["losses"], rel=1e-6)
