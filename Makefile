@@ -8,11 +8,6 @@ PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONHASHSEED := 0
 NBVAL := --nbval --nbval-sanitize-with course/nbval_sanitize.cfg
-# Test workers (pytest-xdist): about half of a run is one process waiting on another (a kernel, a rank, a
-# subprocess), so two workers on two cores finish sooner. A file (a notebook: one kernel) stays on one worker.
-# JOBS=1 runs everything in one process.
-JOBS ?= 2
-WORKERS := $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 # JupyterLab refuses to run as root without this flag (containers, CI machines run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Where `make lab` opens the course: work/, the student's own copy (exercises unsolved; made on first use,
@@ -31,7 +26,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
-	$(PY) -m pytest tests notebooks $(NBVAL) -m "not other_isa" $(WORKERS) -ra $(PYTEST_ARGS)
+	$(PY) -m pytest tests notebooks $(NBVAL) -m "not other_isa" -ra $(PYTEST_ARGS)
 
 # The same checks on another instruction set: ATen's portable kernels instead of AVX2 / AVX-512, and MKL's
 # reproducible code path for matrix products. Results then differ from the native run in the last bits
@@ -43,7 +38,7 @@ NUMERICAL_TESTS := $(patsubst %,tests/test_%.py,portability zero_stages zero3 en
   flat_optim tensor_parallel pipeline moe compression hf)
 test-portable: setup
 	$(PORTABLE_ENV) $(PY) -m pytest $(NUMERICAL_TESTS) notebooks $(NBVAL) \
-	  tests/test_notebooks.py::test_alternative_answers_pass_and_mistakes_fail $(WORKERS) -ra $(PYTEST_ARGS)
+	  tests/test_notebooks.py::test_alternative_answers_pass_and_mistakes_fail -ra $(PYTEST_ARGS)
 
 test-fast: setup  ## everything except the notebooks and the slow multi-rank tests
 	$(PY) -m pytest tests -m "not slow" -ra $(PYTEST_ARGS)

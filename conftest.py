@@ -1,5 +1,5 @@
-"""The order of the test run (longest file first), and a course-wide check on the notebook run
-(`pytest --nbval notebooks/`): every chapter executes within its time budget on a 2-core CPU machine. nbval reports each cell as a test; their call times add up
+"""Course-wide check on the notebook run (`pytest --nbval notebooks/`): every chapter executes within
+its time budget on a 2-core CPU machine. nbval reports each cell as a test; their call times add up
 to the notebook's run time, and a chapter over budget fails the session with a table saying which.
 """
 from collections import defaultdict
@@ -32,10 +32,3 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_sessionfinish(session, exitstatus):
     if any(s > NOTEBOOK_BUDGET_S for s in _seconds.values()) and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def pytest_collection_modifyitems(items):
-    """The longest file first: under pytest-xdist (make test's -n 2 --dist loadfile) each file runs on one worker,
-    and tests/test_notebooks.py (every chapter's student release graded) takes a quarter of the run. Started
-    first, it overlaps everything else; started last, the run waits for it alone."""
-    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_notebooks.py")
