@@ -31,13 +31,16 @@ test: setup
 # The same checks on another instruction set: ATen's portable kernels instead of AVX2 / AVX-512, and MKL's
 # reproducible code path for matrix products. Results then differ from the native run in the last bits
 # (tests/test_portability.py shows that they do), so a stored output or a tolerance that holds only on the
-# CPU that recorded it fails here. Every notebook under strict nbval, the tests that compare numbers, and
-# each chapter's alternative answers (tests/alternatives/) graded against the natively recorded outputs.
+# CPU that recorded it fails here. Every notebook under strict nbval, the tests that compare numbers, and the
+# grading of each chapter's releases against the natively recorded outputs: the student release fails every
+# check, the alternative answers (tests/alternatives/) pass and the mistakes fail (make test checks the
+# notebooks' contract and runs them; the grading runs here only, one kernel per chapter).
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ZERO_LAB_PORTABLE=1
 NUMERICAL_TESTS := $(patsubst %,tests/test_%.py,portability zero_stages zero3 engine param_groups precision kernels offload \
   flat_optim tensor_parallel pipeline moe compression hf)
 test-portable: setup
 	$(PORTABLE_ENV) $(PY) -m pytest $(NUMERICAL_TESTS) notebooks $(NBVAL) \
+	  tests/test_notebooks.py::test_student_release_fails_every_check \
 	  tests/test_notebooks.py::test_alternative_answers_pass_and_mistakes_fail -ra $(PYTEST_ARGS)
 
 test-fast: setup  ## everything except the notebooks and the slow multi-rank tests

@@ -280,32 +280,10 @@ def _run_nbval(nb_path: Path, cwd: Path, timeout: float) -> dict[int, str | None
     return results
 
 
-def grade(student_path, reference_path=None, timeout: float = 900) -> GradeReport:
-    """Grade one student notebook against its reference (default: same name in notebooks/).
-
-    A task passes iff its graded cells pass. The reason given for a failed task is the first
-    failing cell of that task, so a stub that raises in the solution cell is named as such.
-    """
-    student_path = Path(student_path)
-    reference_path = Path(reference_path or REPO / "notebooks" / student_path.name)
-    reference = nbformat.read(reference_path, as_version=4)
-    report = GradeReport(str(student_path), str(reference_path))
-    try:
-        student = nbformat.read(student_path, as_version=4)
-    except Exception as e:  # a broken hand-in scores zero; it must not stop a batch
-        for task in sorted(graded_tasks(reference), key=_task_key):
-            report.tasks[task] = TaskResult(False, f"cannot read the notebook: {e}")
-        return report
-    folder = reference_path.resolve().parent
-    nb, cell_tasks = grading_notebook(student, reference, folder)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    with tempfile.TemporaryDirectory(prefix="zero-lab-grade-") as tmp:
-        path = Path(tmp) / student_path.name
-        nbformat.write(nb, path)
-        try:
-            results = _run_nbval(path, folder, timeout)
-        except subprocess.TimeoutExpired:
-            results = {n: f"grading timed out after {timeout:g} s" for n in range(len(code))}
+def _task_results(report: GradeReport, code: list, cell_tasks: list[list[str]], results: dict) -> GradeReport:
+    """Fill ``report`` from nbval's per-cell results: a task passes iff its graded cells pass; a failed task
+    gives the first failing cell of the task as its reason (so a stub that raises in the solution cell is
+    named as such)."""
     for task in sorted({t for ids in cell_tasks for t in ids}, key=_task_key):
         cells = [n for n, ids in enumerate(cell_tasks) if task in ids]
         graded = [n for n in cells if "nbval-check-output" in tags(code[n])]
@@ -318,6 +296,68 @@ def grade(student_path, reference_path=None, timeout: float = 900) -> GradeRepor
             first = next(n for n in cells if results.get(n, missing) is not None)
             report.tasks[task] = TaskResult(False, results.get(first, missing))
     return report
+
+
+def _run_cells(nb, name: str, folder: Path, timeout: float) -> dict[int, str | None]:
+    n_code = sum(c.cell_type == "code" for c in nb.cells)
+    with tempfile.TemporaryDirectory(prefix="zero-lab-grade-") as tmp:
+        path = Path(tmp) / name
+        nbformat.write(nb, path)
+        try:
+            return _run_nbval(path, folder, timeout)
+        except subprocess.TimeoutExpired:
+            return {n: f"grading timed out after {timeout:g} s" for n in range(n_code)}
+
+
+def grade(student_path, reference_path=None, timeout: float = 900) -> GradeReport:
+    """Grade one student notebook against its reference (default: same name in notebooks/)."""
+    student_path = Path(student_path)
+    reference_path = Path(reference_path or REPO / "notebooks" / student_path.name)
+    reference = nbformat.read(reference_path, as_version=4)
+    report = GradeReport(str(student_path), str(reference_path))
+    try:
+        student = nbformat.read(student_path, as_version=4)
+    except Exception as e:  # a broken hand-in scores zero; it must not stop a batch
+        for task in sorted(graded_tasks(reference), key=_task_key):
+            report.tasks[task] = TaskResult(False, f"cannot read the notebook: {e}")
+        return report
+    folder = reference_path.resolve().parent
+    nb, cell_tasks = grading_notebook(student, reference, folder)
+    results = _run_cells(nb, student_path.name, folder, timeout)
+    return _task_results(report, [c for c in nb.cells if c.cell_type == "code"], cell_tasks, results)
+
+
+def exercises_start(nb) -> int:
+    """Index of the first code cell that belongs to a task (a task tag or a solution region)."""
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                and (task_ids(c) or (BEGIN in c.source)))
+
+
+def grade_together(releases: dict, reference_path, timeout: float = 1800) -> dict[str, GradeReport]:
+    """Grade several versions of one chapter (name → student notebook) in one kernel, for the course's own
+    checks: the first version runs whole, exactly as ``grade`` runs it; each further version's exercises
+    (from its first task cell on, graded cells the reference's) then run again after it, on the state the
+    chapter's body left. The body, most of a chapter's run time, runs once instead of once per version.
+    A version whose task depends on state an earlier version's exercises changed fails that task: the
+    result can be a false failure, never a false pass."""
+    reference_path = Path(reference_path)
+    reference = nbformat.read(reference_path, as_version=4)
+    folder = reference_path.resolve().parent
+    cells, spans = [], {}  # name -> (first code cell index, code cells, their task ids)
+    for k, (name, student) in enumerate(releases.items()):
+        nb, cell_tasks = grading_notebook(student, reference, folder)
+        part = nb.cells if k == 0 else nb.cells[exercises_start(nb):]
+        for c in part if k else ():  # a cell id appears once per notebook
+            if c.get("id"):
+                c.id = f"v{k}-{c.id}"[:64]
+        code = [c for c in part if c.cell_type == "code"]
+        spans[name] = (sum(c.cell_type == "code" for c in cells), code, cell_tasks[len(cell_tasks) - len(code):])
+        cells += part
+    combined = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(reference.metadata))
+    results = _run_cells(combined, reference_path.name, folder, timeout)
+    return {name: _task_results(GradeReport(name, str(reference_path)), code, cell_tasks,
+                                {n - first: r for n, r in results.items() if first <= n < first + len(code)})
+            for name, (first, code, cell_tasks) in spans.items()}
 
 
 # --- command line ---------------------------------------------------------------------------

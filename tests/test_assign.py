@@ -6,13 +6,13 @@ through the command line (which also covers the table and the JSON report).
 """
 
 import contextlib
-import copy
 import io
 import json
 import re
 import subprocess
 import sys
 import types
+from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
@@ -165,6 +165,19 @@ def test_a_wrong_answer_fails_only_its_task(graded):
     tasks = graded[0]["wrong"]["tasks"]
     assert tasks["99.2"]["passed"] and not tasks["99.1"]["passed"]
     assert tasks["99.1"]["reason"] == "AssertionError: two fp32 tensors per parameter"
+
+
+def test_grading_versions_together_gives_each_its_own_report(graded):
+    """The release first (run whole), then the reference's and the wrong answer's exercises in the same kernel:
+    the same results as grading each alone (the wrong answer has its check back: the reference's)."""
+    wrong = reference()
+    cell(wrong, "task-99-1-solution").source = (
+        "def adam_state_bytes(n_params):\n    return 4 * n_params  # forgot the variance")
+    together = assign.grade_together({"release": assign.make_release(reference()), "reference": reference(),
+                                      "wrong": wrong}, FIXTURE)
+    alone = graded[0]
+    assert {name: {t: asdict(r) for t, r in report.tasks.items()} for name, report in together.items()} == \
+        {name: alone[name]["tasks"] for name in ("release", "reference", "wrong")}
 
 
 def test_grade_table_has_one_row_per_student(graded):

@@ -1,7 +1,6 @@
 """The communication layer: real gloo collectives give the right values and are counted exactly."""
 import pytest
 import torch
-import torch.distributed as dist
 
 import zero_ref
 from zero_ref import comm

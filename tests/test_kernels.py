@@ -17,7 +17,6 @@ most ten of those, ATOL = 100 lr * 2^-23 ≈ 1.2e-5 lr (measured: at most 1.4e-6
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -1,16 +1,9 @@
 """The memory model against the ZeRO paper, DeepSpeed's own estimators and Korthikanti et al."""
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from zero_ref import memory as M
-
-
-def test_import_does_not_pull_in_torch():
-    code = "import sys, zero_ref, zero_ref.memory; assert 'torch' not in sys.modules, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.88)])

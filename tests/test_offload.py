@@ -17,7 +17,7 @@ import torch
 import zero_ref
 from zero_ref import offload
 from zero_ref.memory import offload_placement
-from zero_cases import ADAM, build_model, micro_batch
+from zero_cases import ADAM, build_model, max_diff, micro_batch
 
 STEPS, WORLD, BUCKET = 3, 2, 300
 
@@ -79,9 +79,6 @@ def train_all(rank, world, runs):
 def runs():
     return zero_ref.launch(train_all, WORLD, RUNS, timeout=240)
 
-
-def max_diff(a, b):
-    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 def baseline(run):

@@ -1,6 +1,11 @@
 """The project's own promises: README commands, generated chapter table, CI entry, environments agree."""
+import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import sim
 
 from course.syllabus import readme_table
 
@@ -35,3 +40,20 @@ def test_requirements_are_pinned():
             line = line.split("#")[0].strip()
             if line and not line.startswith("-r"):
                 assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[\w.]+", line), f"{name}: {line!r} is not pinned"
+
+
+# The torch-free floor: the simulator and the zero_ref modules it stands on import neither torch nor, until a
+# figure is drawn, matplotlib or ipywidgets, so planning a run needs no deep-learning stack.
+TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.batch", "zero_ref.config", "zero_ref.config_schema",
+              "zero_ref.config_rules", "zero_ref.lr_schedules", "zero_ref.topology", "zero_ref.schedules",
+              "sim", *(f"sim.{m.name}" for m in pkgutil.iter_modules(sim.__path__)))
+HEAVY = ("torch", "matplotlib", "ipywidgets")
+
+
+def test_the_torch_free_floor_imports_no_torch():
+    """One fresh interpreter imports the floor module by module and names the first that pulls in a heavy one."""
+    code = (f"import importlib, sys\nfor name in {TORCH_FREE!r}:\n    importlib.import_module(name)\n"
+            f"    loaded = [h for h in {HEAVY!r} if h in sys.modules]\n"
+            "    assert not loaded, f'importing {name} loaded {loaded}'")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]

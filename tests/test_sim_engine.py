@@ -1,7 +1,5 @@
 """sim.graph + sim.engine: the schedule honours every dependency and stream, ZeRO's communication
 volumes come out as the theory says, and the optimizer step waits where it must."""
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -23,11 +21,6 @@ def cluster(world):
 def run(costs=None, **plan):
     plan = sim.Plan(**plan)
     return sim.simulate(MODEL, cluster(plan.world_size), plan, costs)
-
-
-def test_import_sim_does_not_import_torch():
-    code = "import sys, sim, sim.engine, sim.trace, sim.memory_timeline; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @settings(max_examples=25, deadline=None)

@@ -1,7 +1,6 @@
 """sim.search: the best plan is feasible and nothing enumerated beats it (brute force); the pruning
 bounds never exceed what the simulator reports, so pruning never discards a plan that fits; the
 search is deterministic and refuses impossible input with a clear message."""
-import math
 
 import pytest
 from hypothesis import given, settings, strategies as st

@@ -1,6 +1,4 @@
 """sim.widgets: the explorers update in place when a control moves, and show what the library computes."""
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,12 +12,6 @@ SMALL = dict(model="gpt3-1.3b", tp=2, pp=4, dp=2, microbatches=8, zero_stage=1, 
 
 def bars(ax):
     return sum(len(c.get_paths()) for c in ax.collections if isinstance(c, PolyCollection))
-
-
-def test_import_widgets_does_not_import_ipywidgets_or_matplotlib():
-    code = ("import sys, sim.widgets; assert 'ipywidgets' not in sys.modules and 'matplotlib' not in sys.modules;"
-            "assert 'torch' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_library_functions_are_what_the_explorer_shows():

@@ -9,7 +9,6 @@ a block saves for backward equal Korthikanti's formula (zero_ref.memory) for TP,
 selective and full recompute. One launch per tp size runs everything and returns what it saw.
 """
 import pytest
-import torch
 
 import zero_ref
 from zero_ref.memory import activation_bytes_per_layer

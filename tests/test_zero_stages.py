@@ -4,9 +4,8 @@ import torch
 
 import zero_ref
 from zero_ref import comm
-from zero_ref.measure import memory_by_category
 from zero_ref.stages import STAGES
-from zero_cases import ADAM, CFG, build_model, micro_batch, reference_params
+from zero_cases import ADAM, build_model, max_diff, micro_batch, reference_params
 
 STEPS = 5
 
@@ -31,9 +30,6 @@ def train(rank, world, stage, gas, precision, clip, bucket, device="cpu"):
     state = {k: v.detach().float().cpu().clone() for k, v in model.state_dict().items()}
     return state, log.by_op()
 
-
-def max_diff(a, b):
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
 def assert_close_to_reference(state, ref, atol):

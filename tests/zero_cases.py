@@ -46,3 +46,8 @@ def reference_params(steps: int, world: int, gas: int, clip: float = 0.0) -> dic
         opt.step()
         opt.zero_grad()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def max_diff(a: dict, b: dict) -> float:
+    """The largest |a[k] - b[k]| over the tensors of ``a`` (compared in fp32, so half-precision states work too)."""
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)

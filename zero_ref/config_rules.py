@@ -87,7 +87,7 @@ class ConfigRules:
         elif tbs is not None and mbs is not None and tbs % (mbs * (gas or 1)):
             self.error("train_batch_size", f"{tbs} is not a multiple of train_micro_batch_size_per_gpu {mbs}"
                                            + (f" × gradient_accumulation_steps {gas}" if gas else "")
-                                           + f": no number of ranks satisfies train_batch_size = micro × "
+                                           + ": no number of ranks satisfies train_batch_size = micro × "
                                              f"accumulation × data-parallel size; fix one of the keys")
         elif tbs is not None and gas is not None and tbs % gas:
             self.error("train_batch_size", f"{tbs} is not a multiple of gradient_accumulation_steps {gas}: no number "
@@ -120,7 +120,7 @@ class ConfigRules:
         self.error("train_batch_size", f"{rtbs} != train_micro_batch_size_per_gpu {rmbs} × gradient_accumulation_"
                                        f"steps {rgas} × data-parallel size {dp} (= {rmbs * rgas * dp})"
                                        + ("" if per_rank else f": {rtbs} does not divide by {dp} ranks")
-                                       + f"; fix the batch keys, or run on "
+                                       + "; fix the batch keys, or run on "
                                        + (f"{', '.join(map(str, good))} data-parallel ranks" if good else
                                           "another number of ranks"))
         return None
