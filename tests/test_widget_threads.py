@@ -13,6 +13,7 @@ from pathlib import Path
 
 import ipywidgets
 import matplotlib
+import nbformat
 import pytest
 
 matplotlib.use("Agg")
@@ -103,3 +104,24 @@ def test_the_projects_jupyterlab_sends_no_comms_to_subshells():
     if not installed.exists():
         pytest.skip("this environment was not set up by make setup")
     assert json.loads(installed.read_text())[plugin]["commsOverSubshells"] == "disabled"
+
+
+@pytest.mark.parametrize("value,lo,hi,step", [(7.5, 0.1, 1000, 0.05), (7, 0.1, 1000, 0.1), (6.0, 0.1, 1000, 0.1),
+                                              (160.0, 0.1, 1000, 0.1), (65, 0.1, 1000, 0.1), (0.3, 0.01, 5, 0.25)])
+def test_a_log_slider_starts_on_its_grid(value, lo, hi, step):
+    """The browser snaps a FloatLogSlider's value onto min + k·step (in log10): log_slider's grid holds the
+    default, so the figure drawn first and the readout agree; the range covers lo to hi within half a step."""
+    import math
+
+    from course.widgets import log_slider
+    s = log_slider(value, lo, hi, "x", step=step)
+    k = (math.log10(value) - s.min) / step
+    assert s.value == value and abs(k - round(k)) < 1e-9
+    assert abs(s.min - math.log10(lo)) <= step / 2 + 1e-12 and abs(s.max - math.log10(hi)) <= step / 2 + 1e-12
+
+
+def test_the_chapters_log_sliders_are_log_slider():
+    """A bare FloatLogSlider in a chapter would start off its grid (see above)."""
+    bare = [p.name for p in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("ch*.ipynb"))
+            if any("FloatLogSlider(" in c["source"] for c in nbformat.read(p, as_version=4).cells)]
+    assert not bare, f"use course.widgets.log_slider in {bare}"
