@@ -357,3 +357,72 @@ def test_control_flow_mismatch_is_a_clear_error_on_every_rank():
     with pytest.raises(zero_ref.RankError, match=r"rank \d .*while rank \d"):  # with prefetch: fails, never hangs
         zero_ref.launch(diverge, 2, int(5e7), False, timeout=60)
     assert time.monotonic() - start < 40
+
+
+class Reader(torch.nn.Module):
+    """Reads parameters other modules hold: nn.MultiheadAttention reads out_proj's weight without calling
+    out_proj, and the head multiplies by the embedding's weight in this module's own forward (this
+    module holds no parameter of its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(23, 12)
+        # no biases: the key bias's true gradient is 0 (softmax ignores a shift), so Adam would move it by ±lr
+        # in a direction set by rounding, which differs between two correct summation orders
+        self.attn = torch.nn.MultiheadAttention(12, 3, batch_first=True, bias=False)
+        self.norm = torch.nn.LayerNorm(12)
+
+    def forward(self, idx, targets):
+        x = self.emb(idx)
+        x = x + self.attn(x, x, x, need_weights=False)[0]
+        logits = self.norm(x) @ self.emb.weight.t()
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def reader_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randint(0, 23, (4, 6), generator=g), torch.randint(0, 23, (4, 6), generator=g)
+
+
+def run_external(rank, world):
+    import pickle
+
+    from zero_ref import zero_init
+    out = {}
+    for name in ("found", "registered"):
+        torch.manual_seed(0)
+        model = Reader()
+        if name == "registered":
+            zero_init.register_external_parameter(model, model.emb.weight)
+        opt = ZeroStage3(model, adam=ADAM, **ALL_PARTITIONED)
+        for step in range(STEPS):
+            idx, targets = reader_batch(step)
+            rows = slice(rank * 4 // world, (rank + 1) * 4 // world)
+            opt.backward(model(idx[rows], targets[rows]))
+            opt.step()
+        external = {m: [u.name for u in us if u not in opt._own_units.get(m, ())] for m, us in opt._module_units.items()}
+        readers = {type(m).__name__: names for m, names in external.items() if names}
+        out[name] = dict(state=opt.state_dict(), readers=readers,
+                         copied=type(pickle.loads(pickle.dumps(model.attn._parameters))).__name__)
+    return out
+
+
+@pytest.mark.slow
+def test_parameters_read_by_another_module_are_gathered_for_it():
+    """What DeepSpeed's ZeROOrderedDict does: a forward that reads another module's parameter gets it gathered
+    (MultiheadAttention's out_proj, a head tied by hand), found on the first forward or registered up front;
+    training equals one process."""
+    torch.manual_seed(0)
+    model = Reader()
+    ref = torch.optim.AdamW(model.parameters(), lr=ADAM.lr, weight_decay=ADAM.weight_decay, eps=ADAM.eps,
+                            foreach=False)
+    for step in range(STEPS):
+        model(*reader_batch(step)).backward()
+        ref.step()
+        ref.zero_grad()
+    expected = {k: v.detach() for k, v in model.state_dict().items()}
+    for res in zero_ref.launch(run_external, 2, timeout=120):
+        for name in ("found", "registered"):
+            zs.assert_close_to_reference(res[name]["state"], expected, atol=1e-5)
+            assert res[name]["readers"] == {"MultiheadAttention": ["attn.out_proj"], "Reader": ["emb"]}, name
+            assert res[name]["copied"] == "dict"

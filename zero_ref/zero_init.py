@@ -47,7 +47,7 @@ import torch.nn as nn
 from zero_ref import comm
 from zero_ref.flat import FlatLayout
 
-__all__ = ["Unit", "Init", "GatheredParameters"]
+__all__ = ["Unit", "Init", "GatheredParameters", "register_external_parameter", "unregister_external_parameter"]
 
 
 class Unit:
@@ -272,3 +272,23 @@ def _apply_gathered(module: nn.Module, fn):
         u.repartition()
         u.release()
     return module
+
+
+def register_external_parameter(module: nn.Module, parameter: nn.Parameter) -> None:
+    """Tell ZeRO-3 that ``module``'s forward reads ``parameter``, which another module holds (DeepSpeed's
+    ``deepspeed.zero.register_external_parameter``): ZeroStage3 gathers its unit in ``module``'s pre-forward
+    hook too. ZeroStage3 also finds such reads by itself, on the first forward (see its docstring); registering
+    one up front only saves that first, unprefetched gather."""
+    if not isinstance(parameter, nn.Parameter):
+        raise TypeError(f"register_external_parameter: expected an nn.Parameter, got {type(parameter).__name__}")
+    external = module.__dict__.setdefault("_z3_external", [])
+    if not any(p is parameter for p in external):
+        external.append(parameter)
+
+
+def unregister_external_parameter(module: nn.Module, parameter: nn.Parameter) -> None:
+    """Undo ``register_external_parameter`` (before ZeroStage3 is built; afterwards the stage has read it)."""
+    external = module.__dict__.get("_z3_external", [])
+    if not any(p is parameter for p in external):
+        raise ValueError(f"unregister_external_parameter: that parameter is not registered on {type(module).__name__}")
+    external[:] = [p for p in external if p is not parameter]

@@ -35,8 +35,14 @@ Simplified vs DeepSpeed: units are whole modules and persistence is per unit (De
 parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
 (``reduce_bucket_size`` is unused); no ``max_reuse_distance``; ``max_live_parameters`` also evicts
 on demand (DeepSpeed only caps prefetch with it); offload (``offload_optimizer``, ``offload_param``: CPU or
-NVMe) is zero_ref/offload.py's; no ``register_external_parameter``
-(a module may only use parameters it holds); DeepSpeed has no header check.
+NVMe) is zero_ref/offload.py's; DeepSpeed has no header check.
+
+*External* parameters: a forward that reads a parameter another module holds, without calling that
+module (``nn.MultiheadAttention`` reads ``self.out_proj.weight``; a head that multiplies by the embedding's
+weight), would find it empty. As DeepSpeed's ``ZeROOrderedDict`` does (runtime/zero/parameter_offload.py),
+every module's ``_parameters`` is a dict that notices such a read during a forward: it gathers the unit for
+the innermost module running, and registers it there, so from then on that module's pre-forward hook
+gathers it (``zero_init.register_external_parameter`` declares one up front).
 """
 from __future__ import annotations
 
@@ -63,6 +69,23 @@ class _Saved(NamedTuple):
     size: torch.Size
     stride: tuple
     offset: int
+
+
+class _Parameters(dict):
+    """``module._parameters`` under ZeRO-3: reading a released parameter while a forward runs gathers it."""
+
+    def __init__(self, stage: "ZeroStage3", params: dict):
+        super().__init__(params)
+        self._stage = stage
+
+    def __getitem__(self, key):
+        p = super().__getitem__(key)
+        if p is not None and self._stage._entered:
+            self._stage._external(p)
+        return p
+
+    def __reduce__(self):  # copied or pickled as the plain dict it stands for, not with the whole stage
+        return dict, (dict(self),)
 
 
 class ZeroStage3(ZeroStage2):
@@ -114,6 +137,14 @@ class ZeroStage3(ZeroStage2):
                     owner.update((id(p), unit) for p in ps)
             if units := list(dict.fromkeys(owner[id(p)] for p in mod.parameters(recurse=group))):
                 self._module_units[mod] = units
+        self._unit_of, self._own_units = owner, {m: list(us) for m, us in self._module_units.items()}
+        for mod in module.modules():  # registered external parameters (zero_init.register_external_parameter)
+            for p in mod.__dict__.get("_z3_external", ()):
+                if id(p) not in owner:
+                    raise ValueError(f"register_external_parameter: a parameter registered on {type(mod).__name__} "
+                                     "is not one of the model's")
+                if owner[id(p)] not in (units := self._module_units.setdefault(mod, [])):
+                    units.append(owner[id(p)])
         buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
         if not buckets:
             raise ValueError("the module has no parameters with requires_grad=True")
@@ -135,10 +166,12 @@ class ZeroStage3(ZeroStage2):
             for i, p in enumerate(b.params):
                 p.register_hook(self._placeholder(p))
                 p.register_post_accumulate_grad_hook(self._make_hook(b, i))
-        for mod in self._module_units:
+        for mod in self._own_units:
+            mod.register_state_dict_pre_hook(self._check_gathered)
+        for mod in module.modules():  # every module: one that holds nothing may still read another's parameter
             mod.register_forward_pre_hook(self._pre_forward)
             mod.register_forward_hook(self._post_forward, always_call=True)
-            mod.register_state_dict_pre_hook(self._check_gathered)
+            mod._parameters = _Parameters(self, mod._parameters)
         for u in self.units:
             if u.persistent:
                 u.gather()
@@ -224,21 +257,37 @@ class ZeroStage3(ZeroStage2):
 
     # ---------------------------------------------------------------- forward
     def _pre_forward(self, mod: nn.Module, args) -> None:
-        for u in self._module_units[mod]:
-            self._fetch(u, FORWARD)
-            u.hold += 1
-            self._event(u)
+        for u in self._module_units.get(mod, ()):
+            self._hold(u)
         self._saved_hooks.__enter__()
         self._entered.append(mod)
+
+    def _hold(self, u: Unit) -> None:
+        self._fetch(u, FORWARD)
+        u.hold += 1
+        self._event(u)
 
     def _post_forward(self, mod: nn.Module, args, output) -> None:
         if self._entered and self._entered[-1] is mod:  # (not when the pre-hook raised)
             self._entered.pop()
             self._saved_hooks.__exit__(None, None, None)
-            for u in self._module_units[mod]:
+            for u in self._module_units.get(mod, ()):
                 u.hold -= 1
                 if u.hold == 0:
                     self._release(u)
+
+    def _external(self, p: nn.Parameter) -> None:
+        """A forward read ``p`` (``module.weight``): if its unit is not gathered, the innermost running module
+        reads another module's parameter; gather the unit for it, now and in its pre-forward from now on."""
+        u = self._unit_of.get(id(p))
+        if u is None or (u.full is not None and u.work is None):
+            return  # not ours, or gathered (by its holder, which is running)
+        units = self._module_units.setdefault(self._entered[-1], [])
+        if u not in units:
+            units.append(u)
+            self._hold(u)
+        else:  # prefetched for this module and not yet waited on
+            self._fetch(u, FORWARD)
 
     # ---------------------------------------------------------------- backward
     def _pack(self, t: torch.Tensor):
@@ -312,7 +361,7 @@ class ZeroStage3(ZeroStage2):
         self._wait_all()
 
     def _check_gathered(self, mod: nn.Module, prefix: str, keep_vars: bool) -> None:
-        for u in self._module_units[mod]:
+        for u in self._own_units[mod]:
             if u.full is None or u.work is not None:
                 raise RuntimeError(
                     f"state_dict() at '{prefix or u.name}': ZeRO-3 has partitioned '{u.name}' (this rank holds "
