@@ -7,6 +7,7 @@ the parameter's scale): they add the same numbers in different orders (all-reduc
 buckets of different sizes), so they differ by rounding only (at most 1.2e-7 seen here; turning the
 clipping off on one side alone moves the weights by 5e-3, so the check sees the clipping).
 """
+import contextlib
 import os
 
 import pytest
@@ -19,10 +20,10 @@ from tests.zero_cases import ADAM, build_model, micro_batch
 STEPS, GAS, WORLD = 3, 2, 2
 
 
-def ds_config(stage: int, bf16: bool = False, scheduler: bool = True) -> dict:
+def ds_config(stage: int, bf16: bool = False, scheduler: bool = True, gas: int = GAS) -> dict:
     return {
         "bf16": {"enabled": bf16},
-        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": GAS,
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": gas,
         "gradient_clipping": 0.05,  # explicit: DeepSpeed 0.19.8's default is 1.0, not off
         "optimizer": {"type": "AdamW", "params": {"lr": ADAM.lr, "weight_decay": ADAM.weight_decay, "eps": ADAM.eps,
                                                    "torch_adam": True}},  # torch's AdamW: no 40 s kernel build
@@ -58,15 +59,21 @@ def train(rank, world, which: str, stage: int, bf16: bool = False, script: str =
     params = hf_groups(model) if nanogpt else [p for p in model.parameters() if p.requires_grad]
     if script == "subset":  # bing_bert leaves a module out of model_parameters: it is not trained
         params = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("ln_f.")]
+    # no_sync: the script accumulates itself (the config's gradient_accumulation_steps is 1): the first
+    # micro-batch's backward inside engine.no_sync(), the second's outside, then one step()
+    no_sync = script == "no_sync"
     engine, optimizer, _, scheduler = ds.initialize(model=model, model_parameters=params,
-                                                    config=ds_config(stage, bf16, scheduler=not nanogpt))
+                                                    config=ds_config(stage, bf16, scheduler=not nanogpt,
+                                                                     gas=1 if no_sync else GAS))
     losses, lrs, bounds = [], [], []
     for step in range(STEPS):
         for micro in range(GAS):
-            bounds.append(engine.is_gradient_accumulation_boundary())
-            _, loss = engine(*micro_batch(step, micro, rank, world, GAS))
-            engine.backward(loss)
-            engine.step()
+            with engine.no_sync() if no_sync and micro < GAS - 1 else contextlib.nullcontext():
+                bounds.append(engine.is_gradient_accumulation_boundary())
+                _, loss = engine(*micro_batch(step, micro, rank, world, GAS))
+                engine.backward(loss)
+            if not no_sync or micro == GAS - 1:
+                engine.step()
             losses.append(loss.item())
         lrs.append(engine.get_lr() if nanogpt else engine.get_lr()[0])
     if stage == 3:  # gather the partitioned parameters to read them
@@ -92,7 +99,29 @@ def both_engines(rank, world):
                  for which in ("zero_ref", "deepspeed")})
     runs.update({(which, stage, "subset"): train(rank, world, which, stage, script="subset") for stage in (0, 2)
                  for which in ("zero_ref", "deepspeed")})
+    runs.update({(which, stage, "no_sync"): train(rank, world, which, stage, script="no_sync") for stage in (0, 1)
+                 for which in ("zero_ref", "deepspeed")})
+    runs["refusals"] = no_sync_refusals()
     return runs
+
+
+def no_sync_refusals() -> list[str]:
+    """What zero_ref's no_sync refuses, as DeepSpeed does: ZeRO-2/3, re-entry, step() inside."""
+    said = []
+    for stage, misuse in ((2, "enter"), (0, "reenter"), (0, "step")):
+        engine, *_ = zero_ref.initialize(model=build_model(), config=ds_config(stage, scheduler=False, gas=1))
+        try:
+            with engine.no_sync():
+                if misuse == "reenter":
+                    with engine.no_sync():
+                        pass
+                if misuse == "step":
+                    _, loss = engine(*micro_batch(0, 0, 0, 1, 1))
+                    engine.backward(loss)
+                    engine.step()
+        except RuntimeError as e:
+            said.append(str(e).split(" (")[0].split(":")[0])
+    return said
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +145,24 @@ def test_same_config_same_numbers(runs, stage):
         for name, w in theirs["weights"].items():
             err = (ours["weights"][name] - w).abs().max().item()
             assert err <= 1e-6 * max(1.0, w.abs().max().item()), (stage, name, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 1])
+def test_no_sync_accumulates_as_deepspeed(runs, stage):
+    """engine.no_sync() (a script accumulating on its own at gradient_accumulation_steps 1): the same losses
+    and weights as DeepSpeed's, and the same misuses refused."""
+    for res in runs:
+        ours, theirs = res[("zero_ref", stage, "no_sync")], res[("deepspeed", stage, "no_sync")]
+        assert ours["bounds"] == theirs["bounds"] == [True] * (GAS * STEPS)
+        assert (ours["steps"], ours["samples"]) == (theirs["steps"], theirs["samples"]) == (STEPS, 4 * STEPS)
+        assert ours["losses"] == pytest.approx(theirs["losses"], rel=1e-6)
+        for name, w in theirs["weights"].items():
+            err = (ours["weights"][name] - w).abs().max().item()
+            assert err <= 1e-6 * max(1.0, w.abs().max().item()), (stage, name, err)
+        assert res["refusals"] == ["no_sync is incompatible with the gradient partitioning of ZeRO stage 2",
+                                   "no_sync context manager reentry is unsupported",
+                                   "engine.step() inside no_sync()"]
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -128,6 +129,7 @@ class Engine(nn.Module):
         self.device = torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
         self.module = model.to(self.device)
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
+        self._no_sync = False
         self._step_applied = False
         self._times = {"forward": 0.0, "backward": 0.0, "step": 0.0}
         self._broadcast_model()
@@ -284,9 +286,30 @@ class Engine(nn.Module):
         if retain_graph or not scale_wrt_gas:
             raise ValueError("backward: retain_graph=True and scale_wrt_gas=False are not supported by zero_ref")
         start = time.perf_counter()
-        self.optimizer.backward(loss)
+        if self._no_sync:
+            self.optimizer.accumulate(loss)  # no reduction, no micro-step: the next backward outside reduces it
+        else:
+            self.optimizer.backward(loss)
         self._times["backward"] += time.perf_counter() - start
         return loss
+
+    @contextmanager
+    def no_sync(self):
+        """DeepSpeed's ``engine.no_sync()``: backwards inside only accumulate this rank's gradients (no
+        reduction, no micro-step counted); the next backward outside reduces them with its own. Stages 0–1
+        only (ZeRO-2/3 partition gradients by reducing them: DeepSpeed asserts the same), not re-entrant,
+        and ``step()`` inside is an error, as in DeepSpeed (runtime/engine.py, ``no_sync`` and ``step``)."""
+        if self.zero_optimization_stage() >= 2:
+            raise RuntimeError(f"no_sync is incompatible with the gradient partitioning of ZeRO stage "
+                               f"{self.zero_optimization_stage()} (DeepSpeed refuses it too): use stage 0 or 1, or "
+                               "let gradient_accumulation_steps accumulate")
+        if self._no_sync:
+            raise RuntimeError("no_sync context manager reentry is unsupported (as in DeepSpeed)")
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = False
 
     def is_gradient_accumulation_boundary(self) -> bool:
         """True during the last micro-batch of an optimizer step (its backward and its step())."""
@@ -295,6 +318,9 @@ class Engine(nn.Module):
     def step(self, lr_kwargs: dict | None = None) -> None:
         """At the accumulation boundary: the stage's step (unscale, overflow check, clip, Adam), then
         the schedule (if the step was applied: an fp16 overflow skips both); always count the micro-step."""
+        if self._no_sync:
+            raise RuntimeError("engine.step() inside no_sync(): step after the context, once a backward outside it "
+                               "has reduced the gradients (DeepSpeed refuses it too)")
         if self.optimizer.micro_steps != self.micro_steps + 1:
             raise RuntimeError("engine.step() must follow exactly one engine.backward(loss) per micro-batch "
                                f"(backward calls: {self.optimizer.micro_steps}, step calls: {self.micro_steps})")

@@ -229,6 +229,20 @@ class ZeroOptimizerBase:
             self._after_backward()
         self.micro_steps += 1
 
+    def accumulate(self, loss: torch.Tensor) -> None:
+        """Backward of ``loss`` / GAS into this rank's gradients only: no reduction, and no micro-step counted
+        (the engine's ``no_sync()``). Stages 0–1 hold full gradients until the boundary's reduction, which then
+        reduces these too; stages 2–3 partition gradients by reducing them, so they cannot wait."""
+        if self.stage >= 2:
+            raise RuntimeError(f"ZeRO stage {self.stage} reduces every micro-step's gradients to partition them; "
+                               "it cannot accumulate without reducing (DeepSpeed's no_sync refuses stages 2 and 3 too)")
+        if loss.dim() != 0:
+            raise ValueError(f"backward expects a scalar loss, got shape {tuple(loss.shape)}")
+        try:
+            (loss * (self.loss_scale / self.gas)).backward()
+        finally:
+            self._after_backward()
+
     def _after_backward(self) -> None:
         """Called after every backward, even a failed one (ZeRO-3 releases gathered parameters here)."""
 
