@@ -338,8 +338,9 @@ def grade_together(releases: dict, reference_path, timeout: float = 1800) -> dic
     checks: the first version runs whole, exactly as ``grade`` runs it; each further version's exercises
     (from its first task cell on, graded cells the reference's) then run again after it, on the state the
     chapter's body left. The body, most of a chapter's run time, runs once instead of once per version.
-    A version whose task depends on state an earlier version's exercises changed fails that task: the
-    result can be a false failure, never a false pass."""
+    Order the versions stub first and correct answers last: a later version's cell that raises before it
+    defines its answer leaves an earlier version's definition in place, which must then be a stub (or a
+    mistake), never a solution; so a leftover can make a task fail, never pass."""
     reference_path = Path(reference_path)
     reference = nbformat.read(reference_path, as_version=4)
     folder = reference_path.resolve().parent

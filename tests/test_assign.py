@@ -168,13 +168,13 @@ def test_a_wrong_answer_fails_only_its_task(graded):
 
 
 def test_grading_versions_together_gives_each_its_own_report(graded):
-    """The release first (run whole), then the reference's and the wrong answer's exercises in the same kernel:
+    """The release first (run whole), then the wrong answer's and the reference's exercises in the same kernel:
     the same results as grading each alone (the wrong answer has its check back: the reference's)."""
     wrong = reference()
     cell(wrong, "task-99-1-solution").source = (
         "def adam_state_bytes(n_params):\n    return 4 * n_params  # forgot the variance")
-    together = assign.grade_together({"release": assign.make_release(reference()), "reference": reference(),
-                                      "wrong": wrong}, FIXTURE)
+    together = assign.grade_together({"release": assign.make_release(reference()), "wrong": wrong,
+                                      "reference": reference()}, FIXTURE)
     alone = graded[0]
     assert {name: {t: asdict(r) for t, r in report.tasks.items()} for name, report in together.items()} == \
         {name: alone[name]["tasks"] for name in ("release", "reference", "wrong")}
