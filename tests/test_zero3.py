@@ -395,6 +395,7 @@ def run_external(rank, world):
         if name == "registered":
             zero_init.register_external_parameter(model, model.emb.weight)
         opt = ZeroStage3(model, adam=ADAM, **ALL_PARTITIONED)
+        before_forward = [u.name for u in opt._module_units.get(model, [])]  # registered: known at build
         for step in range(STEPS):
             idx, targets = reader_batch(step)
             rows = slice(rank * 4 // world, (rank + 1) * 4 // world)
@@ -402,7 +403,7 @@ def run_external(rank, world):
             opt.step()
         external = {m: [u.name for u in us if u not in opt._own_units.get(m, ())] for m, us in opt._module_units.items()}
         readers = {type(m).__name__: names for m, names in external.items() if names}
-        out[name] = dict(state=opt.state_dict(), readers=readers,
+        out[name] = dict(state=opt.state_dict(), readers=readers, before_forward=before_forward,
                          copied=type(pickle.loads(pickle.dumps(model.attn._parameters))).__name__)
     return out
 
@@ -426,3 +427,4 @@ def test_parameters_read_by_another_module_are_gathered_for_it():
             zs.assert_close_to_reference(res[name]["state"], expected, atol=1e-5)
             assert res[name]["readers"] == {"MultiheadAttention": ["attn.out_proj"], "Reader": ["emb"]}, name
             assert res[name]["copied"] == "dict"
+        assert (res["found"]["before_forward"], res["registered"]["before_forward"]) == ([], ["emb"])
