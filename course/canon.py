@@ -14,6 +14,8 @@ the value alone. ``canon`` turns a value into that text:
 ``canon``. Use it for every value a graded cell prints::
 
     echo("bytes per rank:", yours, "bubble:", bubble, digits=4)
+
+``adamw_atol(lr)`` is the course's one tolerance for "the same training up to summation order".
 """
 
 from __future__ import annotations
@@ -85,3 +87,16 @@ def _canon(x, digits: int, top: bool) -> str:
 def echo(*parts, digits: int = DIGITS, sep: str = " ") -> None:
     """Print ``parts``: strings as they are, every other value through ``canon(value, digits)``."""
     print(sep.join(p if isinstance(p, str) else canon(p, digits) for p in parts))
+
+
+def adamw_atol(lr: float) -> float:
+    """How far apart fp32 AdamW weights may end when two runs differ only in the order their sums were
+    taken (two ranks vs one process, one CPU's vector kernels vs another's): 1 % of one step.
+
+    AdamW moves a weight by about ``lr`` per step whatever its gradient's size, so a rounding-sized change
+    in a gradient entry near zero can move that weight by a visible share of ``lr``: 0.8e-6 (AVX2),
+    1.2e-6 (AVX-512) and 1.4e-6 (ATen's portable kernels) after 3 steps at lr = 1e-3 on the course GPT,
+    0.14 % of a step at most. A wrong shard, a missed or doubled update is off by a whole step."""
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    return lr / 100

@@ -62,3 +62,10 @@ def test_integers_stay_exact_at_few_digits():
     assert canon(16384, digits=2) == canon(16384.0, digits=2) == canon(16384.0 + 1e-9, digits=2) == "16,384"
     assert canon(16384.3, digits=3) == "16,400"  # not an integer: rounded like any float
     assert canon(1e-10) == "1e-10"  # small is not zero
+
+
+def test_adamw_atol_is_one_percent_of_a_step():
+    from course.canon import adamw_atol
+    assert adamw_atol(1e-3) == pytest.approx(1e-5) and adamw_atol(1e-2) == pytest.approx(1e-4)
+    with pytest.raises(ValueError, match="lr must be positive"):
+        adamw_atol(0)

@@ -2,17 +2,19 @@
 
 One launch of 2 ranks measures the machine, sweeps the collectives and times three training
 configurations interleaved step by step. The cost constants are fitted on ZeRO-1 (micro-batch 4)
-alone; the simulator must then predict the other two within 25 % of their measured step time:
-ZeRO-2 with 2 accumulation steps (twice the compute, a reduce-scatter every micro-step) and plain
-data parallelism with twice the micro-batch (larger matrices, an all-reduce instead of
-reduce-scatter + all-gather, Adam over every parameter).
+alone; the simulator then predicts the other two: ZeRO-2 with 2 accumulation steps (twice the
+compute, a reduce-scatter every micro-step) and plain data parallelism with twice the micro-batch
+(larger matrices, an all-reduce instead of reduce-scatter + all-gather, Adam over every parameter).
 
 Step time is the CPU time a rank's process spends on the step (zero_ref.profile's 'cpu' clock): the
-step's work, which is what it takes on an unshared machine and barely moves with load (97–107 ms
-for ZeRO-1 at load 14 on 2 cores, where the wall clock read 550–780 ms). The wall-clock comparison
-is printed, not asserted: on a loaded machine it times the scheduler. Measured at load 13–16:
-ZeRO-2 −7 to −9 %, DP +7 to +14 % (cpu); −17 to +19 % (wall); ZeRO-3, not asserted, −20 to −26 %
-(chapter 28 says why; benchmarks/calibration.py prints them all).
+step's work, which barely moves with load. How close the two predictions land depends on the CPU (how
+a GEMM's rate grows with its size, what a Python hook costs, which the three fitted constants cannot
+tell apart on one configuration): ZeRO-2 −7 to −17 % and data parallelism +7 to +30 % on the CPUs
+measured so far. That accuracy is a measurement, reported by benchmarks/calibration.py and recorded
+in benchmarks/README.md, not a timed assertion. Asserted here: the fit reproduces its own
+configuration; the simulated compute counts the work exactly (twice the micro-batches or twice the
+micro-batch: twice the compute); and the predictions land within 45 % of the measured steps, which
+holds on every CPU measured and fails a simulator that drops the accumulation steps (−47 %).
 
 The alpha-beta model fitted on some message sizes must predict the others: a median error within
 35 % and none off by more than 3× (at load 10–14: median 10–22 %, worst 2.6×).
@@ -45,8 +47,11 @@ def test_fit_on_zero1_predicts_two_other_configurations(measured):
     print("CPU time:\n" + fl.table(list(rows.values())))
     assert 0 < fit.values["efficiency"] < 1.5 and fit.values["nvlink_efficiency"] > 0
     assert abs(rows["zero1"].error) < 0.01  # its phases add up to its step, up to the loop around them
+    work = {name: fl.work_totals(fit.model, fl.plan_for(step)) for name, step in measured["steps"].items()}
     for name in ("zero2 gas2", "zero0 mb8"):
-        assert abs(rows[name].error) < 0.25, f"{name}: simulated {rows[name].predicted:.3f} s vs measured " \
+        for key in ("flops", "elementwise_bytes"):  # twice the work
+            assert work[name][key] / work["zero1"][key] == pytest.approx(2, rel=1e-9), (name, key)
+        assert abs(rows[name].error) < 0.45, f"{name}: simulated {rows[name].predicted:.3f} s vs measured " \
                                              f"{rows[name].measured:.3f} s ({rows[name].error:+.1%})"
 
 
