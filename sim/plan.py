@@ -1,20 +1,21 @@
 """How a model is trained on a cluster: a ``Plan`` (parallel degrees, ZeRO, schedule, batch, precision).
 
 A frozen dataclass that checks each field on construction and names the bad one.
-``Plan.from_deepspeed(config, world_size, tp, pp)`` reads a DeepSpeed config dict, resolving the
-batch keys exactly as DeepSpeed does (zero_ref.batch.resolve_batch_sizes).
+``Plan.from_deepspeed(config, world_size, tp, pp)`` reads a DeepSpeed config dict with
+zero_ref.config (DeepSpeed's keys, defaults, checks and batch arithmetic) and maps it onto a plan.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from zero_ref.batch import resolve_batch_sizes
+from zero_ref import config as ds_config
 from zero_ref.memory import RECIPES, ALIASES
 from sim.config import one_of, positive_int
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "cpu", "nvme")
+_DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Plan:
     backward (else after it), ``reduce_bucket_size``/``allgather_bucket_size`` in elements;
     ``offload_optimizer``/``offload_param`` 'none' | 'cpu' | 'nvme'. ``gradient_clipping`` > 0 adds a
     global norm all-reduce that makes every stage wait for the slowest before its optimizer step.
+    The bucket sizes and clipping default to DeepSpeed's; ``overlap_comm`` is on at every stage
+    (DeepSpeed turns it on for stage 3 only, which ``from_deepspeed`` follows).
     """
 
     zero_stage: int = 0
@@ -44,9 +47,9 @@ class Plan:
     offload_optimizer: str = "none"
     offload_param: str = "none"
     overlap_comm: bool = True
-    reduce_bucket_size: int = 500_000_000
-    allgather_bucket_size: int = 500_000_000
-    gradient_clipping: float = 1.0
+    reduce_bucket_size: int = _DEEPSPEED.zero_optimization.reduce_bucket_size
+    allgather_bucket_size: int = _DEEPSPEED.zero_optimization.allgather_bucket_size
+    gradient_clipping: float = _DEEPSPEED.gradient_clipping
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -88,11 +91,14 @@ class Plan:
     def from_deepspeed(cls, config: dict, world_size: int, tp: int = 1, pp: int = 1, **overrides) -> "Plan":
         """A Plan from a DeepSpeed config dict on ``world_size`` GPUs split tp × pp × dp.
 
-        Reads the batch keys (DeepSpeed's arithmetic: train_batch_size = micro × accumulation × dp,
-        with the micro-batches forming the pipeline), bf16/fp16, zero_optimization (stage,
-        overlap_comm, bucket sizes, offload_optimizer/offload_param devices) and gradient_clipping.
-        ``overrides`` set fields DeepSpeed's config does not hold (schedule, virtual, recompute,
-        sequence_parallel).
+        zero_ref.config reads the config as DeepSpeed does (``parse(config, dp=dp, strict=False)``):
+        DeepSpeed's defaults, its checks (an error names the key) and its batch arithmetic
+        (train_batch_size = micro × accumulation × dp, the micro-batches forming the pipeline). Keys
+        that zero_ref does not run but DeepSpeed accepts (ZeRO++, another optimizer, a monitor, ...)
+        are accepted and do not change the plan. The plan takes the batch, the precision,
+        zero_optimization's stage, overlap_comm, bucket sizes and offload devices, and
+        gradient_clipping. ``overrides`` set fields DeepSpeed's config does not hold (schedule,
+        virtual, recompute, sequence_parallel).
         """
         if not isinstance(config, dict):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
@@ -101,33 +107,11 @@ class Plan:
         positive_int("from_deepspeed", "pp", pp)
         if world_size % (tp * pp):
             raise ValueError(f"world_size {world_size} is not divisible by tp × pp = {tp} × {pp}")
-        dp = world_size // (tp * pp)
-        batch = resolve_batch_sizes(config.get("train_batch_size"), config.get("train_micro_batch_size_per_gpu"),
-                                    config.get("gradient_accumulation_steps"), dp=dp)
-        bf16, fp16 = (_section(config, k).get("enabled", False) for k in ("bf16", "fp16"))
-        if bf16 and fp16:
-            raise ValueError("bf16.enabled and fp16.enabled are both true; enable one")
-        zero = _section(config, "zero_optimization")
-        stage = zero.get("stage", 0)
-        if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
-            raise ValueError(f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
-        kw = dict(
-            zero_stage=stage, tp=tp, pp=pp, dp=dp,
-            micro_batch_size=batch.train_micro_batch_size_per_gpu,
-            num_microbatches=batch.gradient_accumulation_steps,
-            precision="bf16" if bf16 else "fp16" if fp16 else "fp32",
-            offload_optimizer=_device(zero, "offload_optimizer"),
-            offload_param=_device(zero, "offload_param"),
-            overlap_comm=_flag(zero, "overlap_comm", stage == 3),
-            reduce_bucket_size=_count(zero, "reduce_bucket_size", 500_000_000),
-            allgather_bucket_size=_count(zero, "allgather_bucket_size", 500_000_000),
-            # DeepSpeed 0.19.8's code default (its older docs say 0): clipping on unless the config says 0.
-            gradient_clipping=config.get("gradient_clipping", 1.0),
-        )
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Plan field(s): {', '.join(sorted(unknown))}")
-        return cls(**{**kw, **overrides})
+        cfg = ds_config.parse(config, dp=world_size // (tp * pp), strict=False)
+        return cls(**{**_from_config(cfg), "tp": tp, "pp": pp, **overrides})
 
     def to_deepspeed(self, *, nvme_path: str = "/local_nvme", **extra) -> dict:
         """This plan as a DeepSpeed config dict: the inverse of ``from_deepspeed``.
@@ -160,32 +144,16 @@ class Plan:
         return {**config, **extra}
 
 
-def _section(config: dict, key: str) -> dict:
-    value = config.get(key, {})
-    if not isinstance(value, dict):
-        raise ValueError(f"{key} must be a dict, got {value!r}")
-    return value
-
-
-def _device(zero: dict, key: str) -> str:
-    section = zero.get(key) or {}
-    if not isinstance(section, dict):
-        raise ValueError(f"zero_optimization.{key} must be a dict, got {section!r}")
-    device = section.get("device", "none") or "none"
-    if device not in OFFLOAD:
-        raise ValueError(f"zero_optimization.{key}.device must be 'none', 'cpu' or 'nvme', got {device!r}")
-    return device
-
-
-def _flag(zero: dict, key: str, default: bool) -> bool:
-    value = zero.get(key, default)
-    if not isinstance(value, bool):
-        raise ValueError(f"zero_optimization.{key} must be true or false, got {value!r}")
-    return value
-
-
-def _count(zero: dict, key: str, default: int) -> int:
-    value = zero.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1 or value != int(value):
-        raise ValueError(f"zero_optimization.{key} must be a positive whole number, got {value!r}")
-    return int(value)
+def _from_config(cfg: ds_config.Config) -> dict:
+    """The Plan fields a parsed DeepSpeed config holds (parsed with ``dp``)."""
+    zero = cfg.zero_optimization
+    if zero.allgather_bucket_size == 0:  # DeepSpeed's range starts at 0; the simulator's buckets hold something
+        raise ValueError("zero_optimization.allgather_bucket_size must be a positive integer to plan with, got 0")
+    return dict(
+        zero_stage=zero.stage, dp=cfg.batch.dp, precision=cfg.precision,
+        micro_batch_size=cfg.batch.train_micro_batch_size_per_gpu,
+        num_microbatches=cfg.batch.gradient_accumulation_steps,
+        offload_optimizer=(zero.offload_optimizer or ds_config.OffloadOptimizerConfig()).device,
+        offload_param=(zero.offload_param or ds_config.OffloadParamConfig()).device,
+        overlap_comm=zero.overlap_comm, reduce_bucket_size=zero.reduce_bucket_size,
+        allgather_bucket_size=zero.allgather_bucket_size, gradient_clipping=cfg.gradient_clipping)

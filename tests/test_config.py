@@ -96,6 +96,47 @@ def test_keys_without_effect_are_reported_not_ignored():
     assert "flops_profiler is not implemented in zero_ref; accepted because it is off" in notes
 
 
+# the corpus's configs that DeepSpeed accepts and only zero_ref refuses (it does not implement them)
+ZERO_REF_LIMITS = {"tensor parallel", "flops profiler on", "torch autocast", "ZeRO++ qwZ", "ZeRO++ hpZ", "Lamb",
+                   "OneCycle", "fp16 auto_cast", "prescale", "sum allreduce", "GDS", "amsgrad", "contiguous off",
+                   "NVMe without a path", "params on NVMe, optimizer on CPU", "partial offload", "two NVMe paths",
+                   "bf16 reduction in fp32 training"}
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[c["name"] for c in CORPUS])
+def test_not_strict_refuses_only_what_deepspeed_refuses(case):
+    """strict=False (a planner's reading): zero_ref's own limits become notes naming the key; the rest stays."""
+    assert "not supported by zero_ref" not in case["says"] or case["name"] in ZERO_REF_LIMITS | {"pipeline with ZeRO-2"}
+    found = C.problems(case["config"], dp=case["dp"], strict=False)
+    if case["name"] == "pipeline with ZeRO-2":  # the section is DeepSpeed's; its PipelineEngine refuses ZeRO-2
+        assert [e.key for e in found] == ["zero_optimization.stage"]
+    elif case["name"] in ZERO_REF_LIMITS:
+        assert found == []
+        notes = C.parse(case["config"], dp=case["dp"], strict=False).notes
+        assert any(n.startswith(case["key"]) for n in notes), notes
+    else:
+        assert found and found[0].key == case["key"] and case["says"] in str(found[0])
+
+
+def test_not_strict_keeps_deepspeeds_values_and_rules():
+    zero = {"stage": 3, "contiguous_gradients": False, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}
+    cfg = C.parse({"train_batch_size": 8, "zero_optimization": zero}, strict=False)
+    assert cfg.zero_optimization.contiguous_gradients is False and cfg.zero_optimization.offload_optimizer.ratio == 0.3
+    with pytest.raises(C.ConfigError, match="stage 3 in DeepSpeed") as info:  # DeepSpeed's validator asserts it
+        C.parse({"train_batch_size": 8, "zero_optimization": {**zero, "stage": 2}}, strict=False)
+    assert info.value.key == "zero_optimization.offload_optimizer.ratio"
+    no_norm = {"train_batch_size": 8, "zero_optimization": {"stage": 3, "compute_grad_norm": False}}
+    with pytest.raises(C.ConfigError, match="only at stage 1 or 2"):  # DeepSpeed's validator
+        C.parse(no_norm, strict=False)
+    assert C.parse({**no_norm, "zero_optimization": {"stage": 2, "compute_grad_norm": False}}, strict=False)
+
+
+def test_parameters_on_nvme_may_leave_their_path_to_the_optimizers():
+    """zero_ref keeps one NVMe store, at offload_optimizer.nvme_path: the parameters' own path is optional."""
+    zero = {"stage": 3, "offload_param": {"device": "nvme"}, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}
+    assert C.problems({"train_batch_size": 8, "zero_optimization": zero}) == []
+
+
 def test_files_and_encodings(tmp_path):
     good = tmp_path / "ds.json"
     good.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 1}}))

@@ -109,3 +109,82 @@ def test_from_deepspeed_takes_deepspeeds_code_default_for_clipping():
     base = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1}
     assert sim.Plan.from_deepspeed(base, 8).gradient_clipping == ds_config.parse(base).gradient_clipping == 1.0
     assert sim.Plan.from_deepspeed({**base, "gradient_clipping": 0}, 8).gradient_clipping == 0
+
+
+# DeepSpeed configs over the stages and offload tiers, some leaving every ZeRO knob to its default
+ONE_READER_CONFIGS = [
+    {"train_batch_size": 8},
+    {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}},
+    {"train_batch_size": 16, "fp16": {"enabled": True},
+     "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}},
+    {"train_batch_size": 32, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3}},
+    {"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                                                  "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}},
+    {"train_batch_size": 8, "gradient_clipping": 0.5,
+     "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 2e8, "allgather_bucket_size": 3e8}},
+]
+
+
+@pytest.mark.parametrize("config", ONE_READER_CONFIGS)
+def test_from_deepspeed_takes_every_value_from_zero_ref_config(config, monkeypatch):
+    """One reader: what zero_ref.config.parse returns is what the plan holds, defaults included."""
+    from dataclasses import replace
+    from zero_ref import config as ds_config
+    real_parse = ds_config.parse
+
+    def parse(*args, **kwargs):  # the real reading, with values no DeepSpeed default has
+        cfg = real_parse(*args, **kwargs)
+        zero = replace(cfg.zero_optimization, reduce_bucket_size=1234, allgather_bucket_size=5678,
+                       overlap_comm=not cfg.zero_optimization.overlap_comm)
+        return replace(cfg, zero_optimization=zero, gradient_clipping=0.25)
+
+    monkeypatch.setattr(ds_config, "parse", parse)
+    plan = sim.Plan.from_deepspeed(config, world_size=8)
+    cfg = parse(config, dp=8)
+    z = cfg.zero_optimization
+    assert (plan.reduce_bucket_size, plan.allgather_bucket_size, plan.overlap_comm, plan.gradient_clipping) == (
+        1234, 5678, z.overlap_comm, 0.25)
+    assert (plan.zero_stage, plan.precision, plan.micro_batch_size, plan.num_microbatches, plan.dp) == (
+        z.stage, cfg.precision, cfg.batch.train_micro_batch_size_per_gpu, cfg.batch.gradient_accumulation_steps, 8)
+    assert (plan.offload_optimizer, plan.offload_param) == (
+        (z.offload_optimizer or ds_config.OffloadOptimizerConfig()).device,
+        (z.offload_param or ds_config.OffloadParamConfig()).device)
+
+
+@pytest.mark.parametrize("zero,expect", [
+    ({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/a"}, "offload_optimizer": {"device": "cpu"}},
+     dict(offload_param="nvme", offload_optimizer="cpu")),              # zero_ref keeps one NVMe store; DeepSpeed two
+    ({"stage": 3, "offload_optimizer": {"device": "nvme"}}, dict(offload_optimizer="nvme")),  # the path: only at run time
+    ({"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, dict(offload_optimizer="cpu")),
+    ({"stage": 3, "zero_quantized_weights": True, "zero_hpz_partition_size": 8}, dict(zero_stage=3)),
+    ({"stage": 2, "contiguous_gradients": False, "round_robin_gradients": True}, dict(zero_stage=2)),
+    ({"stage": 2, "cpu_offload": True}, dict(offload_optimizer="cpu")),  # DeepSpeed's deprecated spelling
+    ({"stage": 2, "overlap_comm": "auto"}, dict(overlap_comm=False)),   # the HF Trainer's placeholder: the default
+])
+def test_from_deepspeed_plans_what_deepspeed_accepts(zero, expect):
+    """A planner reads any config DeepSpeed accepts, also where zero_ref could not run it."""
+    config = {"train_batch_size": 8, "zero_optimization": zero, "bfloat16": {"enabled": True},
+              "optimizer": {"type": "Lamb", "params": {"lr": 1e-3, "max_coeff": 10.0}},
+              "scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 1e-3}},
+              "tensorboard": {"enabled": True}, "communication_data_type": "fp32"}
+    plan = sim.Plan.from_deepspeed(config, world_size=8)
+    assert plan.precision == "bf16"  # "bfloat16" is DeepSpeed's other name for the section
+    assert {k: getattr(plan, k) for k in expect} == expect
+
+
+@pytest.mark.parametrize("cfg,match", [
+    ({"train_batch_size": 8, "zero_optimization": {"overlap_com": True}}, r"^zero_optimization\.overlap_com .*overlap_comm"),
+    ({"train_batch_size": 8, "gradient_clipping": -1}, r"^gradient_clipping must be >= 0"),
+    ({"train_batch_size": 8, "zero_optimization": {"allgather_bucket_size": 0}}, r"^zero_optimization\.allgather_bucket_size"),
+    ({"train_batch_size": 8, "zero_optimization": {"reduce_bucket_size": 0}}, r"^zero_optimization\.reduce_bucket_size"),
+    ({"train_batch_size": 8, "amp": {"enabled": True}}, r"^amp was removed"),
+    ({"train_batch_size": 8, "zero_optimization": {"stage": 2}, "pipeline": {"stages": 2}}, r"^zero_optimization\.stage"),
+    ({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}},
+     r"^zero_optimization\.offload_optimizer\.ratio.*stage 3"),
+    ({"train_batch_size": 8, "zero_optimization": {"stage": 3, "compute_grad_norm": False}},
+     r"^zero_optimization\.compute_grad_norm"),
+    ({"train_batch_size": "auto"}, r"^train_batch_size"),
+])
+def test_from_deepspeed_refuses_what_deepspeed_refuses_naming_the_key(cfg, match):
+    with pytest.raises(ValueError, match=match):
+        sim.Plan.from_deepspeed(cfg, world_size=8)

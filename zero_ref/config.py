@@ -20,6 +20,13 @@ and says how to fix it. zero_ref is stricter than DeepSpeed, on purpose:
 - the batch arithmetic (zero_ref.batch) is checked as soon as the data-parallel size is known,
   and impossible combinations (fp16 + bf16, offload at stage 0, NVMe without a path, ...) are errors.
 
+``parse(config, strict=False)`` reads a config as DeepSpeed would, for a planner (sim.Plan.from_deepspeed)
+that models runs zero_ref does not make: what DeepSpeed refuses stays an error, and what only zero_ref
+does not implement (a DeepSpeed-only key, a value other than the one zero_ref runs, another optimizer,
+partial offload, NVMe without a path yet, ...) is accepted and listed in ``Config.notes``. Unknown keys
+stay errors even there: DeepSpeed ignores an unknown top-level key, and a misspelt one would plan
+with the default.
+
 The keys themselves — types, defaults, ranges, meaning — are declared once, in
 ``zero_ref.config_schema`` (which also prints them as a table); the rules that involve several
 keys, and the batch arithmetic, are ``zero_ref.config_rules``; this module reads a config.
@@ -90,13 +97,13 @@ def _no_duplicates(pairs):
     return out
 
 
-def problems(config, dp: int | None = None) -> list[ConfigError]:
+def problems(config, dp: int | None = None, *, strict: bool = True) -> list[ConfigError]:
     """Every problem in ``config`` (empty if it is valid), in the order the keys are read."""
     try:
         raw = load(config)
     except ConfigError as e:
         return [e]
-    reader = _Reader()
+    reader = _Reader(strict)
     cfg = reader.config(raw)
     if dp is not None and not reader.errors:
         batch = reader.batch(cfg, dp)
@@ -104,12 +111,13 @@ def problems(config, dp: int | None = None) -> list[ConfigError]:
     return reader.errors
 
 
-def parse(config, dp: int | None = None) -> Config:
+def parse(config, dp: int | None = None, *, strict: bool = True) -> Config:
     """A typed ``Config`` from a dict or a JSON path; raises the first ``ConfigError``.
 
-    With ``dp`` (the data-parallel size) the batch keys are resolved and checked: ``cfg.batch``."""
+    With ``dp`` (the data-parallel size) the batch keys are resolved and checked: ``cfg.batch``.
+    ``strict=False`` accepts what DeepSpeed accepts and zero_ref does not implement, in ``notes``."""
     raw = load(config)
-    reader = _Reader()
+    reader = _Reader(strict)
     cfg = reader.config(raw)
     if dp is not None and not reader.errors:
         cfg = replace(cfg, batch=reader.batch(cfg, dp))
@@ -147,12 +155,21 @@ class _Reader(ConfigRules):
     """Reads sections against the schema, collecting errors (so ``problems`` can report them all);
     the rules across keys and the batch arithmetic are ``ConfigRules``'."""
 
-    def __init__(self):
+    def __init__(self, strict: bool = True):
+        self.strict = strict
         self.errors: list[ConfigError] = []
         self.notes: list[str] = []
 
     def error(self, key: str, rest: str) -> None:
-        self.errors.append(ConfigError(key, f"{key}{'' if rest.startswith('=') else ' '}{rest}"))
+        self.errors.append(ConfigError(key, f"{key}{_joined(rest)}"))
+
+    def limit(self, key: str, rest: str, note: str) -> None:
+        """What DeepSpeed accepts and zero_ref does not implement: an error (``rest``) when strict,
+        else a note (``note``) — a planner models runs that zero_ref does not make."""
+        if self.strict:
+            self.error(key, rest)
+        else:
+            self.notes.append(f"{key}{_joined(note)}")
 
     # -------------------------------------------------------- one value
     def value(self, f, v, key: str):
@@ -181,9 +198,11 @@ class _Reader(ConfigRules):
             self.error(key, f"must be one of {', '.join(map(str, meta['choices']))}, got {_show(v)}")
             return _BAD
         if meta.get("only") is not None and v not in meta["only"]:
-            self.error(key, f"={_show(v)} is not supported by zero_ref ({meta['why']}); "
-                            f"use {' or '.join(_show(o) for o in meta['only'])} or remove the key")
-            return _BAD
+            self.limit(key, f"={_show(v)} is not supported by zero_ref ({meta['why']}); "
+                            f"use {' or '.join(_show(o) for o in meta['only'])} or remove the key",
+                       f"={_show(v)} is not implemented in zero_ref ({meta['why']})")
+            if self.strict:
+                return _BAD
         if meta.get("noop"):
             self.notes.append(f"{key} has no effect in zero_ref: {meta['noop']}")
         return v
@@ -226,8 +245,8 @@ class _Reader(ConfigRules):
             if _asks_nothing(v):
                 self.notes.append(f"{key} is not implemented in zero_ref; accepted because it is off")
             else:
-                self.error(key, f"is a DeepSpeed key not supported by zero_ref: {ds_only[name]}. Remove it "
-                                "(or turn it off)")
+                self.limit(key, f"is a DeepSpeed key not supported by zero_ref: {ds_only[name]}. Remove it "
+                                "(or turn it off)", f"is not implemented in zero_ref: {ds_only[name]}")
         elif name in hints:
             listing = f"; known keys: {', '.join(known)}" if len(known) <= 8 else ""
             self.error(key, f"is not a known key ({hints[name]}){listing}")
@@ -249,15 +268,19 @@ class _Reader(ConfigRules):
             self.error(f"{key}.{k}", "is not a known key" + (f"; did you mean {close[0]!r}?" if close else
                                                            ": the optimizer section holds 'type' and 'params'"))
         if raw.get("legacy_fusion", False) is not False:
-            self.error(f"{key}.legacy_fusion", "=true is not supported by zero_ref (it has one Adam); remove it")
+            self.limit(f"{key}.legacy_fusion", "=true is not supported by zero_ref (it has one Adam); remove it",
+                       "=true is not implemented in zero_ref (it has one Adam)")
         name = raw.get("type")
         if not isinstance(name, str):
             self.error(f"{key}.type", f"must name the optimizer ('Adam' or 'AdamW'), got {_show(name)}")
             return _BAD
         if name.lower() not in ADAM_TYPES:
             if name.lower() in DEEPSPEED_OPTIMIZERS:
-                self.error(f"{key}.type", f"={name!r} is not supported by zero_ref: its stages step with Adam(W) "
-                                          "only; use 'Adam' or 'AdamW'")
+                self.limit(f"{key}.type", f"={name!r} is not supported by zero_ref: its stages step with Adam(W) "
+                                          "only; use 'Adam' or 'AdamW'",
+                           f"={name!r} is not implemented in zero_ref (Adam(W) only): the section is not read")
+                if not self.strict:
+                    return None
             else:
                 close = difflib.get_close_matches(name.lower(), ADAM_TYPES, n=1, cutoff=0.6)
                 guess = {"adam": "Adam", "adamw": "AdamW"}[close[0]] if close else None
@@ -284,8 +307,11 @@ class _Reader(ConfigRules):
         if not isinstance(name, str) or name not in SCHEDULER_PARAMS:
             known = ", ".join(SCHEDULER_PARAMS)
             if name in ("OneCycle", "LRRangeTest"):
-                self.error(f"{key}.type", f"={name!r} is a DeepSpeed schedule not supported by zero_ref; use one of "
-                                          f"{known}, or pass lr_scheduler= to initialize")
+                self.limit(f"{key}.type", f"={name!r} is a DeepSpeed schedule not supported by zero_ref; use one of "
+                                          f"{known}, or pass lr_scheduler= to initialize",
+                           f"={name!r} is not implemented in zero_ref: the section is not read")
+                if not self.strict:
+                    return None
             else:
                 close = difflib.get_close_matches(str(name), SCHEDULER_PARAMS, n=1, cutoff=0.6)
                 self.error(f"{key}.type", f"={_show(name)} is not a schedule zero_ref knows; "
@@ -355,6 +381,11 @@ class _Reader(ConfigRules):
             self.notes.append("zero_optimization.cpu_offload_use_pin_memory is deprecated and has no effect "
                               "(DeepSpeed too): set pin_memory in offload_optimizer / offload_param")
         return zero
+
+def _joined(rest: str) -> str:
+    """The text after a key: "=value ..." directly, words after a space."""
+    return rest if rest.startswith("=") else f" {rest}"
+
 
 class _Bad:
     def __init__(self, want: str):

@@ -1,12 +1,16 @@
 """DeepSpeed config rules that involve more than one key, and the batch arithmetic (pure Python).
 
 ``ConfigRules`` is mixed into zero_ref.config's reader, which provides ``error(key, rest)`` (record
-one problem, its message starting with ``key``) and ``notes`` (keys accepted without effect):
+one problem, its message starting with ``key``), ``limit(key, rest, note)`` (something only zero_ref
+does not implement: an error, or a note when the reader is not strict) and ``notes`` (keys accepted
+without effect):
 
-- ``cross_rules``: fp16 with bf16, the reduction dtype against the training dtype, ZeRO-2/3 with a
-  pipeline section, stage-3 keys below stage 3 (a note), a schedule shorter than its warm-up (a note);
-- ``offload_rules``: DeepSpeed's offload rules (which stage, NVMe needs a path) and zero_ref's
-  limits (no partial offload; parameters on NVMe need the optimizer there too, on the same path);
+- ``cross_rules``: fp16 with bf16, compute_grad_norm off outside stages 1-2, the reduction dtype
+  against the training dtype (a limit), ZeRO-2/3 with a pipeline section, stage-3 keys below stage 3
+  (a note), a schedule shorter than its warm-up (a note);
+- ``offload_rules``: DeepSpeed's offload rules (which stage; partial offload at stage 3 only) and
+  zero_ref's limits (NVMe needs its path at once; no partial offload; parameters on NVMe need the
+  optimizer there too, on the same path);
 - ``batch_shape``: what the batch keys say without the data-parallel size (nothing, or no dp fits);
 - ``batch``: zero_ref.batch's arithmetic on ``dp`` ranks, with a message that names the fix.
 """
@@ -25,13 +29,18 @@ class ConfigRules:
         if cfg.fp16.enabled and cfg.bf16.enabled:
             self.error("fp16.enabled", "and bf16.enabled are both true; enable at most one of them (bf16 needs no "
                                        "loss scaling; fp16 uses the loss-scale keys)")
+        if not zero.compute_grad_norm and zero.stage not in (1, 2):  # DeepSpeed's validator
+            self.error("zero_optimization.compute_grad_norm", f"=false is supported by DeepSpeed only at stage 1 or 2, "
+                                                              f"got stage {zero.stage}: remove the key")
         self.offload_rules(zero.stage, zero.offload_optimizer or OffloadOptimizerConfig(),
                            zero.offload_param or OffloadParamConfig(), cfg.aio)
         trained = "fp16" if cfg.fp16.enabled else "bf16" if cfg.bf16.enabled else "fp32"
         if cfg.communication_data_type not in (None, trained):
-            self.error("communication_data_type", f"={cfg.communication_data_type!r} differs from the training "
+            self.limit("communication_data_type", f"={cfg.communication_data_type!r} differs from the training "
                                                   f"precision ({trained}); zero_ref reduces gradients in the "
-                                                  f"training dtype: remove the key or set {trained!r}")
+                                                  f"training dtype: remove the key or set {trained!r}",
+                       f"={cfg.communication_data_type!r}: zero_ref reduces gradients in the training dtype "
+                       f"({trained})")
         if "pipeline" in raw and zero.stage >= 2:
             self.error("zero_optimization.stage", f"={zero.stage} with a 'pipeline' section: DeepSpeed's "
                                                   "PipelineEngine refuses ZeRO-2 and ZeRO-3 with pipeline "
@@ -57,25 +66,33 @@ class ConfigRules:
             elif opt.device == "nvme" and stage != 3:
                 self.error(f"{where}.device", f"='nvme' (ZeRO-Infinity) needs zero_optimization.stage 3, got {stage}")
             if opt.device == "nvme" and not opt.nvme_path:
-                self.error(f"{where}.nvme_path", "must be set when device is 'nvme': the folder (on the NVMe drive) "
-                                                 "that holds the swap files")
-            if opt.ratio < 1.0:
-                self.error(f"{where}.ratio", f"={opt.ratio} (partial offload; DeepSpeed: stage 3 only) is not "
-                                             "implemented in zero_ref: use 1.0")
+                self.limit(f"{where}.nvme_path", "must be set when device is 'nvme': the folder (on the NVMe drive) "
+                                                 "that holds the swap files",
+                           "is not set: DeepSpeed needs it when it creates the swap files")
+            if opt.ratio < 1.0 and stage != 3:  # DeepSpeed's validator asserts it
+                self.error(f"{where}.ratio", f"={opt.ratio} (partial offload) needs zero_optimization.stage 3 in "
+                                             f"DeepSpeed, got stage {stage}: use 1.0")
+            elif opt.ratio < 1.0:
+                self.limit(f"{where}.ratio", f"={opt.ratio} (partial offload; DeepSpeed: stage 3 only) is not "
+                                             "implemented in zero_ref: use 1.0",
+                           f"={opt.ratio} (partial offload) is not implemented in zero_ref")
             if opt.super_offload:
-                self.error(f"{where}.super_offload", "=true is not supported by zero_ref; remove it")
+                self.limit(f"{where}.super_offload", "=true is not supported by zero_ref; remove it",
+                           "=true is not implemented in zero_ref")
         if par.device != "none":
             key = "zero_optimization.offload_param"
             if stage != 3:
                 self.error(f"{key}.device", f"={par.device!r} needs zero_optimization.stage 3: only ZeRO-3 partitions "
                                             f"the parameters; got stage {stage}")
             elif par.device == "nvme" and opt.device != "nvme":
-                self.error(f"{key}.device", "='nvme' needs offload_optimizer.device='nvme' too in zero_ref (one "
-                                            "versioned store commits parameters and optimizer states together)")
-            elif par.device == "nvme" and opt.nvme_path and \
+                self.limit(f"{key}.device", "='nvme' needs offload_optimizer.device='nvme' too in zero_ref (one "
+                                            "versioned store commits parameters and optimizer states together)",
+                           "='nvme' without the optimizer on NVMe is not implemented in zero_ref (one store)")
+            elif par.device == "nvme" and opt.nvme_path and par.nvme_path and \
                     os.path.abspath(par.nvme_path) != os.path.abspath(opt.nvme_path):
-                self.error(f"{key}.nvme_path", "differs from offload_optimizer.nvme_path; zero_ref keeps one store "
-                                               "per rank: use the same path")
+                self.limit(f"{key}.nvme_path", "differs from offload_optimizer.nvme_path; zero_ref keeps one store "
+                                               "per rank: use the same path",
+                           "differs from offload_optimizer.nvme_path: zero_ref keeps one store per rank")
 
     # -------------------------------------------------------- batch arithmetic
     def batch_shape(self, cfg: Config) -> None:
