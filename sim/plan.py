@@ -2,13 +2,13 @@
 
 A frozen dataclass that checks each field on construction and names the bad one.
 ``Plan.from_deepspeed(config, world_size, tp, pp)`` reads a DeepSpeed config dict, resolving the
-batch keys exactly as DeepSpeed does (zero_ref.batch.resolve_batch_sizes).
+batch keys exactly as DeepSpeed does (zero_ref.config.batch.resolve_batch_sizes).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from zero_ref.batch import resolve_batch_sizes
+from zero_ref.config.batch import resolve_batch_sizes
 from zero_ref.memory import RECIPES, ALIASES
 from sim.config import one_of, positive_int
 

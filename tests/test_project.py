@@ -44,8 +44,8 @@ def test_requirements_are_pinned():
 
 # The torch-free floor: the simulator and the zero_ref modules it stands on import neither torch nor, until a
 # figure is drawn, matplotlib or ipywidgets, so planning a run needs no deep-learning stack.
-TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.batch", "zero_ref.config", "zero_ref.config_schema",
-              "zero_ref.config_rules", "zero_ref.lr_schedules", "zero_ref.topology", "zero_ref.schedules",
+TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.config.batch", "zero_ref.config", "zero_ref.config.schema",
+              "zero_ref.config.rules", "zero_ref.lr_schedules", "zero_ref.topology", "zero_ref.schedules",
               "sim", *(f"sim.{m.name}" for m in pkgutil.iter_modules(sim.__path__)))
 HEAVY = ("torch", "matplotlib", "ipywidgets")
 

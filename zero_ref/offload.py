@@ -43,7 +43,7 @@ import weakref
 import torch
 
 from zero_ref.config import offload_sections
-from zero_ref.config_schema import AioConfig, OffloadOptimizerConfig, OffloadParamConfig
+from zero_ref.config.schema import AioConfig, OffloadOptimizerConfig, OffloadParamConfig
 from zero_ref.optim import AdamConfig, adam_step_
 
 CPU_ADAM = ("numba", "torch")

@@ -1,0 +1,44 @@
+"""Old module paths keep working for one release: the same module object, and a warning naming the new path."""
+import importlib
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import zero_ref
+from zero_ref._moved import MOVED
+
+
+@pytest.mark.parametrize("old,new", sorted(MOVED.items()))
+def test_an_old_path_imports_the_moved_module_and_warns(old, new):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=rf"{old} moved to {new}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert module.__name__ == new and module.__spec__.name == new  # the module keeps its own name and spec
+
+
+def test_the_warning_points_at_the_line_that_imported_the_old_path():
+    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+            "from zero_ref.batch import resolve_batch_sizes")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode != 0 and 'File "<string>", line 2' in out.stderr, out.stderr[-1500:]
+    assert "zero_ref.config.batch" in out.stderr
+
+
+def test_every_module_of_the_package_is_listed_in_its_face():
+    import pkgutil
+    names = {m.name for m in pkgutil.iter_modules(zero_ref.__path__) if not m.name.startswith("_")}
+    assert set(zero_ref._MODULES) == names and "launcher" in names
+
+
+def test_deepspeed_names_on_the_face():
+    ds = zero_ref
+    for name in ("initialize", "init_distributed", "add_config_arguments", "launch"):
+        assert callable(getattr(ds, name)), name
+    assert hasattr(ds.zero, "Init") and hasattr(ds.zero, "GatheredParameters")
+    assert hasattr(ds.checkpointing, "checkpoint") and hasattr(ds.comm, "all_reduce")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # DeepSpeed's names are not deprecated
+        importlib.import_module("zero_ref.checkpointing")

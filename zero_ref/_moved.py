@@ -1,0 +1,59 @@
+"""Old module paths, kept for one release: ``import zero_ref.flat`` still works and warns.
+
+The root was grouped into wings (config/, parallel/, stages/, checkpoint/, offload/, profiling/).
+Notebooks and scripts written against the flat root hold lines such as ``from zero_ref.flat import
+FlatLayout``; this finder answers each old name with the module at its new home (the same module
+object, so classes, isinstance and pickles agree) and a DeprecationWarning that names the new path.
+Delete an entry, and then this file, once no hand-in uses the old names.
+
+``zero_ref.checkpointing`` is not in the table: DeepSpeed exposes ``deepspeed.checkpointing``,
+so it stays a name of the package face (see ``zero_ref.__init__``), without a warning.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+#: old dotted name -> new dotted name
+MOVED = {
+    "zero_ref.config_schema": "zero_ref.config.schema",
+    "zero_ref.config_rules": "zero_ref.config.rules",
+    "zero_ref.batch": "zero_ref.config.batch",
+}
+
+# Frames to look past when pointing the warning at the line that imported the old name.
+_OURS = ("<frozen importlib", __file__, importlib.__file__)
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        new = MOVED[spec.name]
+        warnings.warn(f"{spec.name} moved to {new}; import {new} instead (the old name goes next release)",
+                      DeprecationWarning, stacklevel=_caller_level())
+        module = importlib.import_module(new)
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # the import system stamped the old spec on the module; it keeps its own (source lookup, reload)
+        module.__spec__ = self._spec
+
+
+def _caller_level() -> int:
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def install() -> None:
+    if not any(isinstance(f, _Alias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Alias())
