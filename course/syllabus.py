@@ -66,7 +66,7 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.precision",
         "zero_ref.profile",
         "zero_ref.stages",
-        "zero_ref.topology",
+        "zero_ref.parallel.topology",
         "zero_ref.torch_trace",
         "zero_ref.trial",
         "zero_ref.zero_init",
@@ -462,7 +462,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.launch",
             "zero_ref.parallel.groups",
             "zero_ref.parallel.tensor",
-            "zero_ref.topology",
+            "zero_ref.parallel.topology",
         ),
     ),
     Chapter(
@@ -551,7 +551,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.1 §1.3 (model parallelism) and ch.3 part 3 (3D parallelism)",
         modules=(
-            "zero_ref.topology",
+            "zero_ref.parallel.topology",
             "zero_ref.comm",
             "zero_ref.launch",
             "sim",
@@ -597,7 +597,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.1 §1.3 (choosing a parallel strategy) and ch.3 part 3 (3D parallelism)",
         modules=(
-            "zero_ref.topology",
+            "zero_ref.parallel.topology",
             "zero_ref.launch",
             "zero_ref.comm",
             "zero_ref.measure",
@@ -624,7 +624,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.21–30 (case studies, from setup to tuning)",
         modules=(
-            "zero_ref.topology",
+            "zero_ref.parallel.topology",
             "zero_ref.launch",
             "sim",
             "zero_ref.config.batch",
@@ -686,7 +686,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.models",
             "zero_ref.parallel.groups",
             "zero_ref.parallel.moe",
-            "zero_ref.topology",
+            "zero_ref.parallel.topology",
         ),
     ),
     Chapter(

@@ -256,7 +256,7 @@ def two_ranks(rank, world):
     from zero_ref.models import GPT, GPTConfig, make_batch
     from zero_ref.parallel.groups import build_groups
     from zero_ref.parallel.tensor import TensorParallelGPT
-    from zero_ref.topology import Topology
+    from zero_ref.parallel.topology import Topology
 
     out = {}
     cfg = GPTConfig(vocab_size=V, seq_len=S, d_model=H, n_heads=A, n_layers=L, dropout=0.1)

@@ -22,6 +22,8 @@ MOVED = {
     "zero_ref.config_schema": "zero_ref.config.schema",
     "zero_ref.config_rules": "zero_ref.config.rules",
     "zero_ref.batch": "zero_ref.config.batch",
+    "zero_ref.topology": "zero_ref.parallel.topology",
+    "zero_ref.schedules": "zero_ref.parallel.schedules",
 }
 
 # Frames to look past when pointing the warning at the line that imported the old name.
