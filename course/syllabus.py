@@ -47,7 +47,7 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.config.schema",
         "zero_ref.diagnostics",
         "zero_ref.engine",
-        "zero_ref.flat",
+        "zero_ref.stages.flat",
         "zero_ref.hf",
         "zero_ref.kernels",
         "zero_ref.launch",
@@ -69,7 +69,7 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.parallel.topology",
         "zero_ref.torch_trace",
         "zero_ref.trial",
-        "zero_ref.zero_init",
+        "zero_ref.stages.zero_init",
         "zero_ref.zero_to_fp32",
     }
 )
@@ -182,7 +182,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.measure",
             "zero_ref.comm",
             "zero_ref.launch",
-            "zero_ref.flat",
+            "zero_ref.stages.flat",
             "zero_ref.models",
             "zero_ref.optim",
         ),
@@ -236,7 +236,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.launch",
             "zero_ref.models",
             "zero_ref.optim",
-            "zero_ref.zero_init",
+            "zero_ref.stages.zero_init",
         ),
     ),
     Chapter(
@@ -364,7 +364,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.comm",
             "zero_ref.hf",
             "zero_ref.memory",
-            "zero_ref.zero_init",
+            "zero_ref.stages.zero_init",
         ),
     ),
     Chapter(
@@ -733,7 +733,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.checkpoint",
             "zero_ref.launch",
             "zero_ref.comm",
-            "zero_ref.flat",
+            "zero_ref.stages.flat",
             "zero_ref.models",
             "zero_ref.zero_to_fp32",
         ),

@@ -26,7 +26,7 @@ _LAZY = {
     "initialize": ("zero_ref.engine", "initialize"),
     "init_distributed": ("zero_ref.engine", "init_distributed"),
     "add_config_arguments": ("zero_ref.engine", "add_config_arguments"),
-    "zero": ("zero_ref.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
+    "zero": ("zero_ref.stages.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
 }
 
 

@@ -24,6 +24,8 @@ MOVED = {
     "zero_ref.batch": "zero_ref.config.batch",
     "zero_ref.topology": "zero_ref.parallel.topology",
     "zero_ref.schedules": "zero_ref.parallel.schedules",
+    "zero_ref.flat": "zero_ref.stages.flat",
+    "zero_ref.zero_init": "zero_ref.stages.zero_init",
 }
 
 # Frames to look past when pointing the warning at the line that imported the old name.

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zero_ref import comm, offload
-from zero_ref.flat import FlatLayout
+from zero_ref.stages.flat import FlatLayout
 from zero_ref.optim import AdamConfig, adam_step_
 from zero_ref.precision import PRECISIONS as DTYPES
 

@@ -54,7 +54,7 @@ import torch.nn as nn
 from zero_ref import comm
 from zero_ref.optim import AdamConfig
 from zero_ref.stages.zero2 import ZeroStage2
-from zero_ref.zero_init import GatheredParameters, Unit
+from zero_ref.stages.zero_init import GatheredParameters, Unit
 
 FORWARD, PREFETCH, BACKWARD, REDUCE = range(4)  # what a collective on a unit is for (the header's op)
 _VERBS = {FORWARD: ("gathers", "gather", " for forward"), PREFETCH: ("prefetches", "prefetch", ""),
