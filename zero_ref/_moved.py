@@ -26,6 +26,7 @@ MOVED = {
     "zero_ref.schedules": "zero_ref.parallel.schedules",
     "zero_ref.flat": "zero_ref.stages.flat",
     "zero_ref.zero_init": "zero_ref.stages.zero_init",
+    "zero_ref.nvme": "zero_ref.offload.nvme",
 }
 
 # Frames to look past when pointing the warning at the line that imported the old name.

@@ -19,7 +19,7 @@ code path runs, the copies are plain CPU copies, and the bytes are counted all t
 ``offload_param={"device": "cpu"}`` (stage 3) keeps each unit's 16-bit partition on the host
 between uses; it is copied to the device just before the unit's all-gather. With ``"nvme"``
 (ZeRO-Infinity) the optimizer states (and the parameter partitions) live in files under
-``nvme_path``, swapped in sub-groups of ``sub_group_size`` elements by ``zero_ref.nvme``.
+``nvme_path``, swapped in sub-groups of ``sub_group_size`` elements by ``zero_ref.offload.nvme``.
 
 The stages call this module at five points (``adopt`` in ``_init_bucket``, ``attach`` after
 the buckets exist, ``add_grad`` when a reduced gradient shard is ready, ``grad_partitions`` and
@@ -206,7 +206,7 @@ class OptimizerOffload:
         states and free their host copies (parameter partitions on NVMe are written in the same version)."""
         if not self.nvme:
             return
-        from zero_ref import nvme
+        from zero_ref.offload import nvme
         plan = nvme.sub_group_plan([b.layout.shard_numel for b in buckets], self.sub_group_size)
         self.sub_groups = groups = [[buckets[i] for i in g] for g in plan]
         numels = [sum(b.layout.shard_numel for b in g) for g in groups]
