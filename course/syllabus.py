@@ -64,11 +64,11 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.parallel.tensor",
         "zero_ref.parallel.three_d",
         "zero_ref.precision",
-        "zero_ref.profile",
+        "zero_ref.profiling.profile",
         "zero_ref.stages",
         "zero_ref.parallel.topology",
-        "zero_ref.torch_trace",
-        "zero_ref.trial",
+        "zero_ref.profiling.torch_trace",
+        "zero_ref.profiling.trial",
         "zero_ref.stages.zero_init",
         "zero_ref.zero_to_fp32",
     }
@@ -510,7 +510,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.launch",
             "sim",
             "zero_ref.collective_algorithms",
-            "zero_ref.profile",
+            "zero_ref.profiling.profile",
         ),
     ),
     Chapter(
@@ -751,7 +751,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Locate the bottleneck of a step: compute, communication, memory or pipeline bubble",
         ),
         seed="Seed ch.21–30 (performance tuning in the case studies)",
-        modules=("sim", "zero_ref.profile", "zero_ref.torch_trace"),
+        modules=("sim", "zero_ref.profiling.profile", "zero_ref.profiling.torch_trace"),
     ),
     Chapter(
         number=29,
@@ -791,8 +791,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "sim",
             "zero_ref.config",
             "zero_ref.memory",
-            "zero_ref.profile",
-            "zero_ref.trial",
+            "zero_ref.profiling.profile",
+            "zero_ref.profiling.trial",
         ),
     ),
 )

@@ -27,6 +27,9 @@ MOVED = {
     "zero_ref.flat": "zero_ref.stages.flat",
     "zero_ref.zero_init": "zero_ref.stages.zero_init",
     "zero_ref.nvme": "zero_ref.offload.nvme",
+    "zero_ref.profile": "zero_ref.profiling.profile",
+    "zero_ref.torch_trace": "zero_ref.profiling.torch_trace",
+    "zero_ref.trial": "zero_ref.profiling.trial",
 }
 
 # Frames to look past when pointing the warning at the line that imported the old name.
