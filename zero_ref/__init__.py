@@ -14,7 +14,7 @@ _moved.install()
 # Every module and wing of the package, read from the folder so that none is left out.
 _MODULES = tuple(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 __all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed",
-           "add_config_arguments", "zero",
+           "add_config_arguments", "zero", "checkpointing",
            *_MODULES]
 
 _LAZY = {
@@ -27,6 +27,7 @@ _LAZY = {
     "init_distributed": ("zero_ref.engine", "init_distributed"),
     "add_config_arguments": ("zero_ref.engine", "add_config_arguments"),
     "zero": ("zero_ref.stages.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
+    "checkpointing": ("zero_ref.activation_checkpointing", None),  # ds.checkpointing.checkpoint / configure
 }
 
 

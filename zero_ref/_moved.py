@@ -6,8 +6,8 @@ FlatLayout``; this finder answers each old name with the module at its new home 
 object, so classes, isinstance and pickles agree) and a DeprecationWarning that names the new path.
 Delete an entry, and then this file, once no hand-in uses the old names.
 
-``zero_ref.checkpointing`` is not in the table: DeepSpeed exposes ``deepspeed.checkpointing``,
-so it stays a name of the package face (see ``zero_ref.__init__``), without a warning.
+``KEPT`` holds names that stay, without a warning: ``zero_ref.checkpointing`` is the activation
+checkpointing module under DeepSpeed's name (``deepspeed.checkpointing``).
 """
 from __future__ import annotations
 
@@ -32,20 +32,27 @@ MOVED = {
     "zero_ref.trial": "zero_ref.profiling.trial",
 }
 
+#: DeepSpeed's names for modules that zero_ref names after what they do: aliases for good, not deprecated
+KEPT = {
+    "zero_ref.checkpointing": "zero_ref.activation_checkpointing",
+}
+
 # Frames to look past when pointing the warning at the line that imported the old name.
 _OURS = ("<frozen importlib", __file__, importlib.__file__)
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in MOVED:
+        if fullname not in MOVED and fullname not in KEPT:
             return None
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
-        new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; import {new} instead (the old name goes next release)",
-                      DeprecationWarning, stacklevel=_caller_level())
+        new = KEPT.get(spec.name)
+        if new is None:
+            new = MOVED[spec.name]
+            warnings.warn(f"{spec.name} moved to {new}; import {new} instead (the old name goes next release)",
+                          DeprecationWarning, stacklevel=_caller_level())
         module = importlib.import_module(new)
         self._spec = module.__spec__
         return module
