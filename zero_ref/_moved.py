@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
+import os
 import sys
 import warnings
 
@@ -37,8 +38,9 @@ KEPT = {
     "zero_ref.checkpointing": "zero_ref.activation_checkpointing",
 }
 
-# Frames to look past when pointing the warning at the line that imported the old name.
-_OURS = ("<frozen importlib", __file__, importlib.__file__)
+# Frames to look past when pointing the warning at the line that named the old path (the package's
+# __getattr__ answers `zero_ref.flat` through this finder too).
+_OURS = ("<frozen importlib", __file__, importlib.__file__, os.path.join(os.path.dirname(__file__), "__init__.py"))
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -51,22 +53,24 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = KEPT.get(spec.name)
         if new is None:
             new = MOVED[spec.name]
-            warnings.warn(f"{spec.name} moved to {new}; import {new} instead (the old name goes next release)",
-                          DeprecationWarning, stacklevel=_caller_level())
+            _warn_caller(f"{spec.name} moved to {new}; import {new} instead (the old name goes next release)")
         module = importlib.import_module(new)
-        self._spec = module.__spec__
+        spec.loader_state = module.__spec__
         return module
 
     def exec_module(self, module):
-        # the import system stamped the old spec on the module; it keeps its own (source lookup, reload)
-        module.__spec__ = self._spec
+        # the import system stamped the old name's spec on the module: give it back its own
+        module.__spec__ = module.__spec__.loader_state
 
 
-def _caller_level() -> int:
-    frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
-        frame, level = frame.f_back, level + 1
-    return level
+def _warn_caller(message: str) -> None:
+    """A DeprecationWarning attributed to the first frame outside the import machinery, as the user's own."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_OURS):
+        frame = frame.f_back
+    g = frame.f_globals
+    warnings.warn_explicit(message, DeprecationWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=g.get("__name__"), registry=g.setdefault("__warningregistry__", {}))
 
 
 def install() -> None:
