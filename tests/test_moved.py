@@ -1,13 +1,19 @@
 """Old module paths keep working for one release: the same module object, and a warning naming the new path."""
 import importlib
+import json
+import pkgutil
+import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
 import zero_ref
 from zero_ref._moved import MOVED
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("old,new", sorted(MOVED.items()))
@@ -35,7 +41,6 @@ def test_the_warning_points_at_the_line_that_named_the_old_path():
 
 
 def test_every_module_of_the_package_is_listed_in_its_face():
-    import pkgutil
     names = {m.name for m in pkgutil.iter_modules(zero_ref.__path__) if not m.name.startswith("_")}
     assert set(zero_ref._MODULES) == names and "launcher" in names
 
@@ -53,16 +58,14 @@ def test_deepspeed_names_on_the_face():
 
 def test_the_project_itself_names_no_old_path():
     """The shims are for hand-ins and user scripts: the code, docs and notebook cells name the new homes."""
-    import json
-    import re
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     old = "|".join(re.escape(name) for name in MOVED)
     dotted = re.compile(rf"(?<![\w.])({old})\b")
-    slashed = re.compile(rf"(?<![\w/])({'|'.join(re.escape(n.replace('.', '/')) for n in MOVED)})\.py\b")
-    files = [root / "README.md", *[p for d in ("zero_ref", "sim", "course", "tests", "benchmarks", "scripts", "notebooks")
-                                   for p in (root / d).rglob("*") if p.suffix in (".py", ".md", ".ipynb")]]
+    gone = [n.replace(".", "/") for n in MOVED] + [f"zero_ref/{n}" for n in ("config", "checkpoint", "offload",
+                                                                           "checkpointing")]  # now folders, or renamed
+    slashed = re.compile(rf"(?<![\w/])({'|'.join(map(re.escape, gone))})\.py\b")
+    dirs = ("zero_ref", "sim", "course", "tests", "benchmarks", "scripts", "notebooks")
+    files = [ROOT / "README.md", *(p for d in dirs for p in (ROOT / d).rglob("*")
+                                   if p.suffix in (".py", ".md", ".ipynb"))]
     found = []
     for path in files:
         if path.name in ("_moved.py", "test_moved.py") or ".ipynb_checkpoints" in path.parts:
@@ -70,6 +73,5 @@ def test_the_project_itself_names_no_old_path():
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".ipynb":  # the cells as written, not their stored outputs
             text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"])
-        found += [f"{path.relative_to(root)}: {m.group(0)}" for m in (*dotted.finditer(text), *slashed.finditer(text))]
+        found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in (*dotted.finditer(text), *slashed.finditer(text))]
     assert not found, found
-
