@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sim.fit_local as fl  # noqa: E402
-from zero_ref.profile import StepSpec, measure  # noqa: E402
+from zero_ref.profiling.profile import StepSpec, measure  # noqa: E402
 
 SPECS = {"zero1": StepSpec(1, 4), "zero2 gas2": StepSpec(2, 4, gas=2), "zero0 mb8": StepSpec(0, 8),
          "zero1 gas2": StepSpec(1, 4, gas=2), "zero2 mb8": StepSpec(2, 8), "zero3": StepSpec(3, 4)}

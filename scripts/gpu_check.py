@@ -701,7 +701,7 @@ def part_offload(p: Part) -> None:
            steps=OFFLOAD_STEPS, gradient_accumulation_steps=OFFLOAD_GAS,
            offload_optimizer={"device": "cpu", "pin_memory": True},
            cpu_adam="numba" if not p.dry_run else "torch (dry run: no Numba compile for a structure check)",
-           bytes="Link.d2h_bytes / h2d_bytes per step = zero_ref.offload.pcie_bytes_per_step(padded Ψ), exactly",
+           bytes="Link.d2h_bytes / h2d_bytes per step = zero_ref.memory.pcie_bytes_per_step(padded Ψ), exactly",
            link_sizes=[f"{n >> 20} MiB" for n in LINK_SIZES], first_step="includes the Numba CPU Adam's compilation",
            link_model=f"sim.cost.CostModel on the {preset} preset: α {c.alpha_pcie:g} s + bytes / "
                       f"({cost.cluster.pcie_bw / 1e9:g} GB/s × {c.pcie_efficiency:g})")

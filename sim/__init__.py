@@ -24,10 +24,10 @@ from sim.config import GPU, GPUS, MODELS, Cluster, Model
 from sim.cost import CostModel, Costs
 from sim.engine import Event, SimResult, simulate
 from sim.events import Contention, DoesNotFit, MemoryCap, SharedLink
-from sim.pipeline import (Slot, bubble_fraction, bubble_overhead, pipeline_timeline, schedule_order,
-                          stage_order, warmup_count)
+from sim.pipeline import Slot, bubble_fraction, bubble_overhead, pipeline_timeline, schedule_order
 from sim.plan import Plan
 from sim.trace import chrome_trace, write_chrome_trace
+from zero_ref.parallel.schedules import stage_order, warmup_count
 
 __all__ = ["GPU", "GPUS", "MODELS", "Cluster", "Model", "Plan", "Costs", "CostModel", "Event", "SimResult",
            "Contention", "DoesNotFit", "MemoryCap", "SharedLink",

@@ -29,8 +29,8 @@ from functools import lru_cache
 from sim.cost import (CostModel, attention_core_flops, head_forward_flops, layer_elementwise_bytes,
                       layer_forward_flops)
 from sim.memory_timeline import static_bytes
-from sim.pipeline import warmup_count
 from zero_ref.memory import activation_bytes_per_layer, recipe
+from zero_ref.parallel.schedules import warmup_count
 
 
 def _width(plan) -> int:

@@ -1,7 +1,7 @@
 """Calibrate the simulator on real zero_ref runs on this machine, then predict other configurations.
 
 Validation rung 4 (sim_anchors): the simulator against real runs, side by side. The machine is a
-host whose "GPUs" are CPU processes talking gloo over loopback; ``zero_ref.profile.measure``
+host whose "GPUs" are CPU processes talking gloo over loopback; ``zero_ref.profiling.profile.measure``
 measures it and returns plain numbers, which this module (torch-free) turns into a ``sim.Cluster``
 and ``sim.Costs``:
 
@@ -19,7 +19,7 @@ and ``sim.Costs``:
 
 Each constant comes from its own phase of the calibration run, so the "fit" is three solves. The
 evidence is ``compare``: every other configuration, simulated with the same constants, against its
-measured step time. Steps are timed on one of zero_ref.profile's two clocks (``basis``): 'cpu', the
+measured step time. Steps are timed on one of zero_ref.profiling.profile's two clocks (``basis``): 'cpu', the
 CPU time the rank's process spends (default: the step's work, steady on a shared machine), or
 'wall', the fastest step's wall clock.
 
@@ -30,7 +30,7 @@ gathers with compute); gloo runs reduce_scatter as an all-reduce (its trace show
 ``gloo:all_reduce``), which the ring formula charges half; zero_ref's ZeRO-3 adds a 16-byte header
 all-gather before each unit collective and Python hooks per module.
 
-    import zero_ref.profile as zp, sim.fit_local as fl
+    import zero_ref.profiling.profile as zp, sim.fit_local as fl
     m = zp.measure({"zero1": zp.StepSpec(1, 4), "zero2 mb8": zp.StepSpec(2, 8)}, 2)
     fit = fl.fit_local(m, calibration="zero1")
     print(fl.table(fl.compare(fit, m)))
@@ -133,7 +133,7 @@ def host_cluster(machine: dict, world_size: int, link: AlphaBeta, *, share_cores
     both rates are scaled by that share (not on the CPU-time clock, where a rank's work is its own)."""
     for key in ("gemm_flops", "memory_bw", "cores", "world_size"):
         if key not in machine:
-            raise ValueError(f"machine needs {key!r} (from zero_ref.profile.measure); got {sorted(machine)}")
+            raise ValueError(f"machine needs {key!r} (from zero_ref.profiling.profile.measure); got {sorted(machine)}")
     share = lambda w: min(1.0, machine["cores"] / w) if share_cores else 1.0
     scale = share(world_size) / share(machine["world_size"])
     ram = machine.get("memory_bytes", 8 * GiB)
@@ -150,7 +150,7 @@ def gpt_model(cfg: dict, name: str = "course-gpt") -> Model:
 
 
 def plan_for(step: dict) -> Plan:
-    """The sim.Plan of a measured zero_ref step: fp32, dp = world size, no overlap (zero_ref.profile runs
+    """The sim.Plan of a measured zero_ref step: fp32, dp = world size, no overlap (zero_ref.profiling.profile runs
     overlap_comm=False); stages 1–3 all-reduce the gradient norm (zero_ref always does), stage 0 does not."""
     return Plan(zero_stage=step["stage"], dp=step["world_size"], micro_batch_size=step["micro_batch"],
                 num_microbatches=step["gas"], precision="fp32", overlap_comm=False,
@@ -196,7 +196,7 @@ class LocalFit:
 
     def simulate(self, step: dict) -> SimResult:
         """The simulated step of a measured (or described) configuration: a dict with stage,
-        micro_batch, gas, world_size (as ``zero_ref.profile.measure`` returns)."""
+        micro_batch, gas, world_size (as ``zero_ref.profiling.profile.measure`` returns)."""
         plan = plan_for(step)
         return simulate(self.model, self.cluster(plan.world_size), plan, self.costs, granularity="layer")
 
@@ -213,7 +213,8 @@ def _phase(view: dict, name: str) -> float:
 
 def _basis(basis: str) -> str:
     if basis not in BASES:
-        raise ValueError(f"basis must be one of {', '.join(BASES)} (zero_ref.profile's clocks), got {basis!r}")
+        raise ValueError(f"basis must be one of {', '.join(BASES)} (zero_ref.profiling.profile's clocks), "
+                         f"got {basis!r}")
     return basis
 
 
@@ -301,7 +302,7 @@ _PHASE = {"forward": "forward", "backward": "backward", "optimizer": "optimizer"
 
 def sim_spans(result: SimResult, stage: int = 0) -> list[dict]:
     """A simulated step as [{"name", "track", "start", "end"}] (seconds), in the form of
-    ``zero_ref.torch_trace.trace_spans``: compute-stream work on the 'compute' track under its phase
+    ``zero_ref.profiling.torch_trace.trace_spans``: compute-stream work on the 'compute' track under its phase
     (forward, backward, optimizer), each collective on the 'comm' track under its op name."""
     g, out = result.graph, []
     for i in range(len(g)):

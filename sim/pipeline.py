@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The orders live in zero_ref.schedules (torch-free), which the real pipeline runs too.
-from zero_ref.schedules import SCHEDULES, check_schedule, stage_order, warmup_count  # noqa: F401
+# The orders live in zero_ref.parallel.schedules (torch-free), which the real pipeline runs too.
+from zero_ref.parallel.schedules import stage_order
 
 
 def _check(p: int, m: int, v: int = 1) -> None:

@@ -153,7 +153,7 @@ def _from_config(cfg: ds_config.Config) -> dict:
         zero_stage=zero.stage, dp=cfg.batch.dp, precision=cfg.precision,
         micro_batch_size=cfg.batch.train_micro_batch_size_per_gpu,
         num_microbatches=cfg.batch.gradient_accumulation_steps,
-        offload_optimizer=(zero.offload_optimizer or ds_config.OffloadOptimizerConfig()).device,
-        offload_param=(zero.offload_param or ds_config.OffloadParamConfig()).device,
+        offload_optimizer=zero.offload_optimizer.device if zero.offload_optimizer else "none",  # no section: none
+        offload_param=zero.offload_param.device if zero.offload_param else "none",
         overlap_comm=zero.overlap_comm, reduce_bucket_size=zero.reduce_bucket_size,
         allgather_bucket_size=zero.allgather_bucket_size, gradient_clipping=cfg.gradient_clipping)

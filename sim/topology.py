@@ -1,6 +1,6 @@
 """Where ranks sit: the tp × dp × pp rank grid and which link a process group's collectives use.
 
-The grid is ``zero_ref.topology.Topology``; its default order is Megatron's, tensor-parallel
+The grid is ``zero_ref.parallel.topology.Topology``; its default order is Megatron's, tensor-parallel
 fastest: rank = t + tp·(d + dp·p). With 8 GPUs per node and
 tp = 8, dp = 2, pp = 2 the groups of rank 0 are
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from zero_ref.topology import Topology  # the rank-grid math lives once, torch-free, in zero_ref
+from zero_ref.parallel.topology import Topology  # the rank-grid math lives once, torch-free, in zero_ref
 
 AXES = ("tp", "dp", "pp")
 
@@ -33,7 +33,7 @@ def rank_of(t: int, d: int, p: int, tp: int, dp: int) -> int:
 
 def group_ranks(axis: str, tp: int, dp: int, pp: int, *, t: int = 0, d: int = 0, p: int = 0,
                 order: str = "tp-dp-pp") -> list[int]:
-    """The ranks of the ``axis`` group that contains (t, d, p); ``order`` as in ``zero_ref.topology``."""
+    """The ranks of the ``axis`` group that contains (t, d, p); ``order`` as in ``zero_ref.parallel.topology``."""
     if axis == "world":
         return list(range(tp * dp * pp))
     if axis not in AXES:

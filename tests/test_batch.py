@@ -4,7 +4,7 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from zero_ref.batch import resolve_batch_sizes
+from zero_ref.config.batch import resolve_batch_sizes
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 

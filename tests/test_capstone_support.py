@@ -2,7 +2,7 @@
 
 ``sim.Plan.to_deepspeed`` must be the inverse of ``Plan.from_deepspeed`` on every plan (property
 test), write configs zero_ref.config accepts, and refuse what a DeepSpeed config cannot hold.
-``zero_ref.trial.run_config`` trains a config through ``zero_ref.initialize`` on two gloo ranks; the
+``zero_ref.profiling.trial.run_config`` trains a config through ``zero_ref.initialize`` on two gloo ranks; the
 bytes it reports per category must equal zero_ref.memory's formula and its collectives those the
 simulator books for the same plan, and its result must drive the locally fitted simulator.
 """
@@ -73,7 +73,7 @@ def test_to_deepspeed_refuses_what_a_config_cannot_hold():
 
 
 def test_run_config_errors_name_the_problem_before_any_rank_starts():
-    from zero_ref import trial
+    from zero_ref.profiling import trial
     with pytest.raises(TypeError, match="config must be a dict"):
         trial.run_config("ds_config.json", 2)
     with pytest.raises(ds_config.ConfigError, match="zero_optimization.stag"):
@@ -89,7 +89,7 @@ TINY = dict(vocab_size=97, seq_len=16, d_model=32, n_heads=2, n_layers=2)
 
 @pytest.mark.parametrize("stage", [0, 2])
 def test_trial_bytes_and_collectives_are_those_the_plan_predicts(stage):
-    from zero_ref import trial
+    from zero_ref.profiling import trial
     plan = sim.Plan(zero_stage=stage, dp=2, micro_batch_size=2, num_microbatches=3, precision="fp32")
     config = plan.to_deepspeed(optimizer={"type": "AdamW", "params": {"lr": 1e-3}})
     run = trial.run_config(config, 2, model=TINY, steps=2, warmup=1, timeout=240)

@@ -13,8 +13,9 @@ import torch
 import zero_ref
 from zero_ref import checkpoint, comm
 from zero_ref import initialize
+from zero_ref.checkpoint import CheckpointError, Reader, sharded
+from zero_ref.checkpoint.format import get_fp32_state_dict_from_zero_checkpoint
 from zero_ref.models import make_batch
-from zero_ref.zero_to_fp32 import CheckpointError, Reader, get_fp32_state_dict_from_zero_checkpoint
 from zero_cases import ADAM, CFG
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # real multi-rank jobs
@@ -223,7 +224,7 @@ def crash_mid_save(rank, world, root, kill):
     e.save_checkpoint(root, tag="good")
     good = full_state(e)[0]
     train(e, rank, world, 1)
-    real_save = checkpoint._save_file
+    real_save = sharded._save_file
 
     def failing(obj, path):
         if rank == 1 and "optim_states" in path:
@@ -235,7 +236,7 @@ def crash_mid_save(rank, world, root, kill):
             raise OSError(28, "No space left on device (injected)")
         return real_save(obj, path)
 
-    checkpoint._save_file = failing
+    sharded._save_file = failing
     try:
         e.save_checkpoint(root, tag="bad")
     except CheckpointError as err:

@@ -3,7 +3,7 @@
 The corpus (tests/fixtures/bad_configs.json) holds wrong types, out-of-range values, unknown keys,
 DeepSpeed keys zero_ref does not implement, inconsistent batches and impossible combinations. For
 each: a ``ConfigError`` (a ValueError) whose ``key`` is the expected dotted path, whose message
-starts with that key, is one line and says what to do — raised from zero_ref/config.py itself, at
+starts with that key, is one line and says what to do — raised from zero_ref/config/reader.py itself, at
 most a few frames below the call (no traceback from deep inside).
 """
 import json
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from zero_ref import config as C
-from zero_ref.batch import resolve_batch_sizes
+from zero_ref.config.batch import resolve_batch_sizes
 
 CORPUS = json.loads((Path(__file__).parent / "fixtures" / "bad_configs.json").read_text())
-CONFIG_PY = os.path.join("zero_ref", "config.py")
+CONFIG_PY = os.path.join("zero_ref", "config", "reader.py")
 
 
 def test_the_corpus_is_large_and_covers_every_kind():
@@ -32,7 +32,7 @@ def assert_one_clear_error(config, dp, key, says):
         C.parse(config, dp=dp)
     e = info.value
     msg = str(e)
-    assert isinstance(e, ValueError) and type(e).__module__ == "zero_ref.config"
+    assert isinstance(e, ValueError) and type(e).__module__ == "zero_ref.config.reader"
     assert e.key == key, (e.key, msg)
     assert msg.startswith(key), msg
     assert says in msg, msg

@@ -15,7 +15,8 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 pytest.importorskip("deepspeed")
 
 import zero_ref  # noqa: E402
-from zero_ref import config as C, config_schema as S  # noqa: E402
+from zero_ref import config as C  # noqa: E402
+from zero_ref.config import schema as S  # noqa: E402
 from zero_ref.precision import FP16_DEFAULTS  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from zero_ref.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+from zero_ref.checkpoint.format import get_fp32_state_dict_from_zero_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))

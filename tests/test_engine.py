@@ -78,7 +78,7 @@ def train(rank, world, which: str, stage: int, bf16: bool = False, script: str =
         lrs.append(engine.get_lr() if nanogpt else engine.get_lr()[0])
     if stage == 3:  # gather the partitioned parameters to read them
         gathered = (ds.zero.GatheredParameters(list(model.parameters())) if which == "deepspeed" else
-                    zero_ref.zero_init.GatheredParameters(list(model.parameters())))
+                    zero_ref.stages.zero_init.GatheredParameters(list(model.parameters())))
     else:
         gathered = torch.enable_grad()  # (no-op context)
     with gathered:
@@ -299,11 +299,11 @@ def test_clear_errors(one_rank):
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")) as info:
             initialize(model=model, **kwargs)
         assert "\n" not in str(info.value)
-    try:  # a config error surfaces from zero_ref/config.py, one frame under initialize
+    try:  # a config error surfaces from zero_ref/config/reader.py, one frame under initialize
         initialize(model=model, config={"train_batch_size": 2, "fp16": {"enabled": "yes"}})
     except ConfigError as e:
         frames = traceback.extract_tb(e.__traceback__)
-        assert e.key == "fp16.enabled" and frames[-1].filename.endswith(os.path.join("zero_ref", "config.py"))
+        assert e.key == "fp16.enabled" and frames[-1].filename.endswith(os.path.join("zero_ref", "config", "reader.py"))
         assert len(frames) <= 4, [f.name for f in frames]
     engine, *_ = initialize(model=model, config={"train_batch_size": 2, **adamw})
     with pytest.raises(RuntimeError, match="must follow exactly one engine.backward"):

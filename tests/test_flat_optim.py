@@ -3,7 +3,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from zero_ref.flat import FlatLayout
+from zero_ref.stages.flat import FlatLayout
 from zero_ref.optim import AdamConfig, adam_step_
 
 shapes = st.lists(st.lists(st.integers(1, 7), min_size=0, max_size=3).map(tuple), min_size=1, max_size=6)

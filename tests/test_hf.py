@@ -88,7 +88,7 @@ def train(rank, world, kind: str, stage: int) -> dict:
             losses.append(out.loss.item())
     held = {k: unique_storage_bytes(v) for k, v in engine.optimizer.state_tensors().items()}
     visible = sum(p.numel() for p in model.parameters())  # outside forward: 0 under ZeRO-3
-    gathered = zero_ref.zero_init.GatheredParameters(list(model.parameters())) if stage == 3 else torch.no_grad()
+    gathered = zero_ref.stages.zero_init.GatheredParameters(list(model.parameters())) if stage == 3 else torch.no_grad()
     with gathered:
         weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     return dict(losses=losses, weights=weights, held=held, visible=visible, norm=engine.get_global_grad_norm(),
@@ -107,7 +107,7 @@ TOL = {"gpt2": 1e-5, "llama": 1e-5, "albert": 1e-5}
 
 def build_under_init(rank, world) -> dict:
     """(elements this rank keeps, Ψ, equal to the plain build?) under hf.Init and plain zero_init.Init."""
-    from zero_ref import zero_init
+    from zero_ref.stages import zero_init
     out = {}
     for kind in ("gpt2", "llama"):
         plain = build(kind)
@@ -182,7 +182,7 @@ def test_init_builds_the_same_model_partitioned(runs):
         for kind in ("gpt2", "llama"):
             shard, psi, same = res["init", kind, "zero_ref.hf"]
             assert same and psi / 2 <= shard <= psi / 2 + 40
-            assert not res["init", kind, "zero_ref.zero_init"][2]
+            assert not res["init", kind, "zero_ref.stages.zero_init"][2]
 
 
 @pytest.mark.parametrize("kind,kw", [("gpt2", {}), ("gpt2", {"tie_word_embeddings": False}), ("gpt2", {"n_inner": 40}),

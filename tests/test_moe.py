@@ -10,7 +10,7 @@ from zero_ref import comm
 from zero_ref.models import GPTConfig, make_batch
 from zero_ref.parallel import moe
 from zero_ref.parallel.groups import build_groups
-from zero_ref.topology import Topology
+from zero_ref.parallel.topology import Topology
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zero_ref
-from zero_ref import nvme, offload
+from zero_ref import offload
+from zero_ref.offload import nvme
 from zero_ref.memory import offload_placement
 from zero_cases import ADAM, build_model, max_diff, micro_batch
 
@@ -351,7 +352,7 @@ def failing_run(rank, world, roots, mode, full_root):
     filled tmpfs); then training goes on. Also: a path too small refuses the configuration before training."""
     import resource
 
-    from zero_ref.nvme import SwapError
+    from zero_ref.offload.nvme import SwapError
     from zero_ref.stages import ZeroStage3
 
     root, result = roots[rank], {}

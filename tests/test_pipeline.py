@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import zero_ref
 from zero_ref.models import GPT, GPTConfig, make_batch
 from zero_ref.parallel.pipeline import Pipeline, measured_bubble, partition, split_gpt
-from zero_ref.schedules import check_schedule, stage_order
+from zero_ref.parallel.schedules import check_schedule, stage_order
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -70,7 +70,7 @@ def max_diff(states, ref):
 @given(p=st.integers(1, 6), m=st.integers(1, 12), v=st.integers(1, 3),
        schedule=st.sampled_from(["gpipe", "1f1b", "interleaved"]))
 def test_every_schedule_does_the_same_work_once_each(p, m, v, schedule):
-    """Each stage's order (the one zero_ref runs and sim times: both read zero_ref.schedules; that the runner
+    """Each stage's order (the one zero_ref runs and sim times: both read zero_ref.parallel.schedules; that the runner
     executes it is checked on real ranks below) holds every forward and backward once, F before B."""
     try:
         check_schedule(schedule, p, m, v)

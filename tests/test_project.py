@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import sim
+import zero_ref.config
 
 from course.syllabus import readme_table
 
@@ -44,8 +45,9 @@ def test_requirements_are_pinned():
 
 # The torch-free floor: the simulator and the zero_ref modules it stands on import neither torch nor, until a
 # figure is drawn, matplotlib or ipywidgets, so planning a run needs no deep-learning stack.
-TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.batch", "zero_ref.config", "zero_ref.config_schema",
-              "zero_ref.config_rules", "zero_ref.lr_schedules", "zero_ref.topology", "zero_ref.schedules",
+TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.lr_schedules",
+              "zero_ref.config", *(f"zero_ref.config.{m.name}" for m in pkgutil.iter_modules(zero_ref.config.__path__)),
+              "zero_ref.parallel", "zero_ref.parallel.topology", "zero_ref.parallel.schedules",
               "sim", *(f"sim.{m.name}" for m in pkgutil.iter_modules(sim.__path__)))
 HEAVY = ("torch", "matplotlib", "ipywidgets")
 

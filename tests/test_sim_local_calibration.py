@@ -6,7 +6,7 @@ alone; the simulator then predicts the other two: ZeRO-2 with 2 accumulation ste
 compute, a reduce-scatter every micro-step) and plain data parallelism with twice the micro-batch
 (larger matrices, an all-reduce instead of reduce-scatter + all-gather, Adam over every parameter).
 
-Step time is the CPU time a rank's process spends on the step (zero_ref.profile's 'cpu' clock): the
+Step time is the CPU time a rank's process spends on the step (zero_ref.profiling.profile's 'cpu' clock): the
 step's work, which barely moves with load. How close the two predictions land depends on the CPU (how
 a GEMM's rate grows with its size, what a Python hook costs, which the three fitted constants cannot
 tell apart on one configuration): ZeRO-2 −7 to −17 % and data parallelism +7 to +30 % on the CPUs
@@ -26,7 +26,7 @@ from hypothesis import given, settings, strategies as st
 
 import sim.fit_local as fl
 from sim.config import Cluster
-from zero_ref.profile import COURSE_GPT, SWEEP_BYTES, StepSpec
+from zero_ref.profiling.profile import COURSE_GPT, SWEEP_BYTES, StepSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -36,7 +36,7 @@ FIT_SIZES = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
 
 @pytest.fixture(scope="module")
 def measured():
-    from zero_ref.profile import measure
+    from zero_ref.profiling.profile import measure
     return measure(SPECS, 2, steps=5, warmup=2, timeout=240)
 
 
@@ -127,7 +127,7 @@ def test_host_cluster_and_model():
 
 
 def test_trace_spans_reads_the_median_step():
-    from zero_ref.torch_trace import trace_spans
+    from zero_ref.profiling.torch_trace import trace_spans
 
     def x(name, ts, dur, cat="cpu_op"):
         return {"ph": "X", "name": name, "ts": ts, "dur": dur, "cat": cat}

@@ -9,7 +9,7 @@ from zero_ref.models import GPT, GPTConfig, make_batch
 from zero_ref.optim import AdamConfig
 from zero_ref.parallel.groups import ParallelGroups
 from zero_ref.parallel.pipeline import Pipeline, split_gpt
-from zero_ref.topology import Topology
+from zero_ref.parallel.topology import Topology
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 

@@ -1,11 +1,11 @@
-"""The rank grid (zero_ref.topology) without processes, and process groups built from it on real ranks."""
+"""The rank grid (zero_ref.parallel.topology) without processes, and process groups built from it on real ranks."""
 import itertools
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import zero_ref
-from zero_ref.topology import AXES, GRID_AXES, Coords, Topology
+from zero_ref.parallel.topology import AXES, GRID_AXES, Coords, Topology
 
 ORDERS = ["-".join(p) for p in itertools.permutations(GRID_AXES)]
 

@@ -14,13 +14,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import test_zero_stages as zs
 import zero_ref
 from zero_ref import comm
-from zero_ref.flat import FlatLayout
+from zero_ref.stages.flat import FlatLayout
 from zero_ref.measure import unique_storage_bytes
 from zero_ref.memory import model_state_bytes
 from zero_ref.models import GPT, GPTConfig
 from zero_ref.precision import DynamicLossScaler
 from zero_ref.stages import ZeroStage2, ZeroStage3
-from zero_ref.zero_init import GatheredParameters, Init
+from zero_ref.stages.zero_init import GatheredParameters, Init
 from zero_ref.models import Block
 from zero_cases import ADAM, CFG, build_model, micro_batch, reference_params
 
@@ -387,7 +387,7 @@ def reader_batch(step):
 def run_external(rank, world):
     import pickle
 
-    from zero_ref import zero_init
+    from zero_ref.stages import zero_init
     out = {}
     for name in ("found", "registered"):
         torch.manual_seed(0)

@@ -4,14 +4,17 @@
 config schema and the rank-grid math are pure Python so the simulator (`sim`) can build on them.
 Everything that needs torch is loaded on first use.
 """
+import pkgutil
 from importlib import import_module
 
-_MODULES = ("memory", "comm", "measure", "models", "precision", "flat", "optim", "stages", "batch", "zero_init",
-            "offload", "nvme", "kernels", "config", "config_schema", "config_rules", "lr_schedules", "engine",
-            "checkpoint", "zero_to_fp32", "checkpointing", "rng", "topology", "parallel", "compression",
-            "diagnostics", "profile", "trial", "hf", "collective_algorithms", "schedules", "torch_trace", "accelerator")
+from zero_ref import _moved
+
+_moved.install()
+
+# Every module and wing of the package, read from the folder so that none is left out.
+_MODULES = tuple(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 __all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed",
-           "add_config_arguments", "zero",
+           "add_config_arguments", "zero", "checkpointing",
            *_MODULES]
 
 _LAZY = {
@@ -23,7 +26,8 @@ _LAZY = {
     "initialize": ("zero_ref.engine", "initialize"),
     "init_distributed": ("zero_ref.engine", "init_distributed"),
     "add_config_arguments": ("zero_ref.engine", "add_config_arguments"),
-    "zero": ("zero_ref.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
+    "zero": ("zero_ref.stages.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
+    "checkpointing": ("zero_ref.activation_checkpointing", None),  # ds.checkpointing.checkpoint / configure
 }
 
 
@@ -31,6 +35,6 @@ def __getattr__(name):
     if name in _LAZY:
         module, attr = _LAZY[name]
         return import_module(module) if attr is None else getattr(import_module(module), attr)
-    if name in _MODULES:
+    if name in _MODULES or f"zero_ref.{name}" in _moved.MOVED:
         return import_module(f"zero_ref.{name}")
     raise AttributeError(f"module 'zero_ref' has no attribute {name!r}")

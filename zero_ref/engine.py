@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from zero_ref import checkpointing, comm, lr_schedules
+from zero_ref import activation_checkpointing, comm, lr_schedules
 from zero_ref.config import Config, ConfigError, load, parse
 from zero_ref.measure import unique_storage_bytes
 from zero_ref.optim import AdamConfig
@@ -141,9 +141,9 @@ class Engine(nn.Module):
         self.lr_scheduler = self._scheduler(lr_scheduler)
         self._sync_lr()
         self.training_dataloader = self._dataloader(training_data, collate_fn)
-        # An activation_checkpointing section configures zero_ref.checkpointing (DeepSpeed's engine leaves
-        # that to the script's deepspeed.checkpointing.configure call); its notes say what was not applied.
-        ac_notes = checkpointing.configure_from_config(cfg)
+        # An activation_checkpointing section configures that module (DeepSpeed's engine leaves this to the
+        # script's deepspeed.checkpointing.configure call); its notes say what was not applied.
+        ac_notes = activation_checkpointing.configure_from_config(cfg)
         if self.dp_rank == 0:
             for note in (*cfg.notes, *ac_notes):
                 print(f"[zero_ref] note: {note}")

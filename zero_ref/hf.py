@@ -36,9 +36,9 @@ from __future__ import annotations
 import copy
 import math
 
-from zero_ref import zero_init
 from zero_ref.config import ConfigError
 from zero_ref.memory import transformer_param_count
+from zero_ref.stages import zero_init
 
 __all__ = ["Init", "fill_auto", "param_count"]
 

@@ -1,4 +1,4 @@
-"""The memory model: bytes per device for model states, offload tiers and activations.
+"""The memory model: bytes per device for model states, offload tiers (and their traffic) and activations.
 
 Pure Python (no torch), so the simulator and the notebooks' sliders can use it anywhere.
 Ψ is the number of parameters, N_d (``dp``) the data-parallel degree.
@@ -226,6 +226,41 @@ def offload_placement(
         tiers[offload_param]["params"] += tiers["gpu"]["params"]
         tiers["gpu"]["params"] = 0.0
     return {t: ModelStateBytes(**v) for t, v in tiers.items()}
+
+
+# ---------------------------------------------------------------- offload traffic (chapters 6 and 7)
+
+_VALUE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def pcie_bytes_per_step(num_params: int, *, zero_stage: int, dp: int, precision: str = "bf16",
+                        gradient_accumulation_steps: int = 1) -> dict[str, int]:
+    """Bytes one rank moves over the host link per optimizer step with ``offload_optimizer`` cpu.
+
+    Device → host: the rank's reduced 16-bit gradient shard, ⌈Ψ/N⌉ elements — once per step in
+    stage 1 (it accumulates on the device), on every micro-step in stages 2 and 3. Host → device:
+    the updated 16-bit partition, once per step. ``num_params`` may be a padded count."""
+    if zero_stage not in (1, 2, 3):
+        raise ValueError(f"offload_optimizer needs zero_stage 1, 2 or 3, got {zero_stage!r}")
+    shard = math.ceil(num_params / dp) * _VALUE_BYTES[precision]
+    d2h = shard * (1 if zero_stage == 1 else gradient_accumulation_steps)
+    return {"d2h": d2h, "h2d": shard, "total": d2h + shard}
+
+
+def nvme_bytes_per_step(num_params: int, *, dp: int, precision: str = "bf16", offload_param: bool = False,
+                        gathers_per_step: int = 2) -> dict[str, int]:
+    """Bytes one rank reads from and writes to NVMe per optimizer step (ZeRO-Infinity, stage 3).
+
+    The step reads and writes every sub-group's fp32 master, exp_avg and exp_avg_sq: 12 bytes per
+    element of the partition each way. With parameters on NVMe too, each gather of a unit reads its
+    16-bit partition (``gathers_per_step``: forward + backward = 2 per micro-step) and the step
+    writes the updated partition once."""
+    shard = math.ceil(num_params / dp)
+    read = write = 12 * shard
+    if offload_param:
+        read += gathers_per_step * _VALUE_BYTES[precision] * shard
+        write += _VALUE_BYTES[precision] * shard
+    return {"read": read, "write": write}
 
 
 # ---------------------------------------------------------------- DeepSpeed's estimators

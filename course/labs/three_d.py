@@ -74,7 +74,7 @@ def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, glo
     """Train; every rank returns its losses, step times, memory and communication bytes."""
     from zero_ref.parallel.groups import build_groups
     from zero_ref.parallel.three_d import ThreeD
-    from zero_ref.topology import Topology
+    from zero_ref.parallel.topology import Topology
 
     topo = Topology.for_world(world, tp=tp, pp=pp)
     pg = build_groups(topo)

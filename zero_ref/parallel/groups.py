@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from zero_ref.topology import Coords, Topology
+from zero_ref.parallel.topology import Coords, Topology
 
 
 @dataclass

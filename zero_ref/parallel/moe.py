@@ -15,7 +15,7 @@ first, then only the real tokens with uneven splits — sends no padding but nee
 and data-dependent shapes; fixed slots keep every shape static and the bytes predictable
 (``dispatch_bytes``), at the price of the padding the chapter measures.
 
-Ranks: the ep and edp groups split the data-parallel axis (``zero_ref.topology``: ep groups are
+Ranks: the ep and edp groups split the data-parallel axis (``zero_ref.parallel.topology``: ep groups are
 blocks of ep consecutive data-parallel ranks that together hold every expert once; edp groups
 join the ranks that hold the same experts). Every rank sees different data, so dense parameters
 are averaged over the dp group and expert parameters over their edp group — both divided by the

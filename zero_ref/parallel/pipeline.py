@@ -31,7 +31,7 @@ import torch.nn as nn
 
 from zero_ref import comm
 from zero_ref.parallel.partition import GPTStage, partition, split_gpt  # noqa: F401  (re-exported)
-from zero_ref.schedules import SCHEDULES, check_schedule, stage_order, warmup_count  # noqa: F401  (re-exported)
+from zero_ref.parallel.schedules import check_schedule, stage_order
 
 ZERO_WITH_PP = (
     "ZeRO stage {stage} cannot be combined with pipeline parallelism (DeepSpeed's PipelineEngine refuses it "

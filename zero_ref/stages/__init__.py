@@ -1,4 +1,9 @@
-"""The ZeRO stages as plain building blocks, one short module each (chapters 3–5 read them)."""
+"""The ZeRO stages as plain building blocks, one short module each (chapters 3–5 read them).
+
+Beside them: ``flat`` (the flat-buffer bookkeeping under every stage: which slice each rank owns) and
+``zero_init`` (ZeRO-3's partition: ``Unit``, ``Init``, ``GatheredParameters``; DeepSpeed keeps its
+``partition_parameters.py`` beside stage3.py too). ``zero_ref.zero`` is ``zero_init``, as ``deepspeed.zero``.
+"""
 from zero_ref.stages.base import ZeroOptimizerBase
 from zero_ref.stages.ddp import DataParallel
 from zero_ref.stages.zero1 import ZeroStage1

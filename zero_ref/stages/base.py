@@ -16,7 +16,7 @@ every bucket. Collectives are issued bucket by bucket in a fixed order, so every
 same sequence even if its gradients become ready in a different order.
 
 ZeRO-Offload and ZeRO-Infinity (``offload_optimizer``, ``offload_param``: DeepSpeed's config sections)
-keep the optimizer's shard on the host or on NVMe: that code is zero_ref/offload.py's, and the stages
+keep the optimizer's shard on the host or on NVMe: that code is in zero_ref/offload/, and the stages
 call it at the few places marked "offload".
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zero_ref import comm, offload
-from zero_ref.flat import FlatLayout
+from zero_ref.stages.flat import FlatLayout
 from zero_ref.optim import AdamConfig, adam_step_
 from zero_ref.precision import PRECISIONS as DTYPES
 

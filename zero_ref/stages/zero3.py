@@ -35,7 +35,7 @@ Simplified vs DeepSpeed: units are whole modules and persistence is per unit (De
 parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
 (``reduce_bucket_size`` is unused); no ``max_reuse_distance``; ``max_live_parameters`` also evicts
 on demand (DeepSpeed only caps prefetch with it); offload (``offload_optimizer``, ``offload_param``: CPU or
-NVMe) is zero_ref/offload.py's; DeepSpeed has no header check.
+NVMe) is in zero_ref/offload/; DeepSpeed has no header check.
 
 *External* parameters: a forward that reads a parameter another module holds, without calling that
 module (``nn.MultiheadAttention`` reads ``self.out_proj.weight``; a head that multiplies by the embedding's
@@ -54,7 +54,7 @@ import torch.nn as nn
 from zero_ref import comm
 from zero_ref.optim import AdamConfig
 from zero_ref.stages.zero2 import ZeroStage2
-from zero_ref.zero_init import GatheredParameters, Unit
+from zero_ref.stages.zero_init import GatheredParameters, Unit
 
 FORWARD, PREFETCH, BACKWARD, REDUCE = range(4)  # what a collective on a unit is for (the header's op)
 _VERBS = {FORWARD: ("gathers", "gather", " for forward"), PREFETCH: ("prefetches", "prefetch", ""),

@@ -1,5 +1,8 @@
 """Activation checkpointing with DeepSpeed's API (``deepspeed.checkpointing``), on zero_ref.
 
+Recomputing activations, not saving a run (that is ``zero_ref.checkpoint``). ``zero_ref.checkpointing``
+is this module under DeepSpeed's name, so scripts written for ``import deepspeed`` run unchanged:
+
     from zero_ref import checkpointing
     checkpointing.configure(groups, partition_activations=True)   # or deepspeed_config=the JSON
     x = checkpointing.checkpoint(block, x)                        # keeps only x; reruns block in backward

@@ -4,7 +4,7 @@ The check at the end of planning (chapter 30): the config a plan wrote is handed
 exactly as a training script would, on a small model and a few ranks, and the run reports what
 the plan predicted — step time, bytes held per rank by category, bytes sent per collective:
 
-    from zero_ref import trial
+    from zero_ref.profiling import trial
     run = trial.run_config(ds_config, world_size=2, steps=3)
     run["cpu"]["step"], run["wall"]["step"]     # seconds per optimizer step (two clocks, see below)
     run["memory"]                               # {"params", "grads", "optimizer"}: bytes on every rank
@@ -12,7 +12,7 @@ the plan predicted — step time, bytes held per rank by category, bytes sent pe
 
 Each optimizer step is ``gradient_accumulation_steps`` micro-steps of
 ``engine(idx, targets)`` / ``engine.backward(loss)`` / ``engine.step()``. Steps are timed on the two
-clocks of ``zero_ref.profile``: 'cpu', the CPU seconds the rank's process spends (every thread:
+clocks of ``zero_ref.profiling.profile``: 'cpu', the CPU seconds the rank's process spends (every thread:
 gloo's too), from the step of median CPU time — the step's work, steady on a shared machine — and
 'wall', the fastest step's wall clock. Each number is the mean over ranks. The returned dict has
 the keys ``sim.fit_local`` reads from a measured step (stage, micro_batch, gas, world_size), so a
@@ -23,7 +23,8 @@ from __future__ import annotations
 import statistics
 
 from zero_ref.launcher import launch
-from zero_ref.profile import COURSE_GPT, _clocks  # COURSE_GPT: 4 blocks, d 256, vocab 1024, seq 64: 3.44M params
+# COURSE_GPT: 4 blocks, d 256, vocab 1024, seq 64: 3.44M params
+from zero_ref.profiling.profile import COURSE_GPT, _clocks
 
 
 def _trial_rank(rank, world, config, model, steps, warmup, seed):

@@ -12,14 +12,14 @@ without effect):
   zero_ref's limits (NVMe needs its path at once; no partial offload; parameters on NVMe need the
   optimizer there too, on the same path);
 - ``batch_shape``: what the batch keys say without the data-parallel size (nothing, or no dp fits);
-- ``batch``: zero_ref.batch's arithmetic on ``dp`` ranks, with a message that names the fix.
+- ``batch``: zero_ref.config.batch's arithmetic on ``dp`` ranks, with a message that names the fix.
 """
 from __future__ import annotations
 
 import os
 
-from zero_ref.batch import KEYS as BATCH_KEYS, BatchConfig, resolve_batch_sizes
-from zero_ref.config_schema import Config, OffloadOptimizerConfig, OffloadParamConfig, show as _show
+from zero_ref.config.batch import KEYS as BATCH_KEYS, BatchConfig, resolve_batch_sizes
+from zero_ref.config.schema import Config, OffloadOptimizerConfig, OffloadParamConfig, show as _show
 
 
 class ConfigRules:
@@ -111,7 +111,7 @@ class ConfigRules:
                                            "of ranks satisfies train_batch_size = micro × accumulation × dp")
 
     def batch(self, cfg: Config, dp: int) -> BatchConfig | None:
-        """DeepSpeed's arithmetic (zero_ref.batch) on ``dp`` ranks, with a message that names the fix."""
+        """DeepSpeed's arithmetic (zero_ref.config.batch) on ``dp`` ranks, with a message that names the fix."""
         if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
             self.error("dp", f"(the data-parallel size) must be a positive integer, got {_show(dp)}")
             return None

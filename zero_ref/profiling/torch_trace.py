@@ -1,7 +1,7 @@
 """A real zero_ref step under torch.profiler, and its phases and collectives read back from the trace.
 
-    from zero_ref.profile import StepSpec
-    from zero_ref.torch_trace import profile_trace, trace_spans
+    from zero_ref.profiling.profile import StepSpec
+    from zero_ref.profiling.torch_trace import profile_trace, trace_spans
     paths = profile_trace(StepSpec(stage=1, micro_batch=4), 2, "traces/")  # one Chrome trace per rank
     spans = trace_spans(paths[0])       # [{"name", "track", "start", "end"}] of the median step
 
@@ -19,7 +19,7 @@ from dataclasses import asdict
 import torch.distributed as dist
 
 from zero_ref.launcher import launch
-from zero_ref.profile import COURSE_GPT, StepSpec, _build, _one_step
+from zero_ref.profiling.profile import COURSE_GPT, StepSpec, _build, _one_step
 
 
 def _trace_rank(rank, world, spec, model, steps, warmup, out_dir, seed):
@@ -81,7 +81,8 @@ def trace_spans(trace, step="median") -> list[dict]:
     steps = sorted((e for e in events if e["name"] == "step" and e.get("cat") == "user_annotation"),
                    key=lambda e: e["ts"])
     if not steps:
-        raise ValueError("no 'step' annotation in the trace: record it with zero_ref.torch_trace.profile_trace")
+        raise ValueError("no 'step' annotation in the trace: record it with "
+                         "zero_ref.profiling.torch_trace.profile_trace")
     if step == "median":
         chosen = sorted(steps, key=lambda e: e["dur"])[len(steps) // 2]
     elif isinstance(step, int) and -len(steps) <= step < len(steps):

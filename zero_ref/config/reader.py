@@ -1,8 +1,4 @@
-"""The DeepSpeed JSON config, read and checked (pure Python: no torch).
-
-    cfg = zero_ref.config.parse("ds_config.json", dp=4)    # a path, a JSON string in base64, or a dict
-    cfg.zero_optimization.stage, cfg.batch.train_micro_batch_size_per_gpu, cfg.precision
-    zero_ref.config.problems(config, dp=4)                  # every problem at once, not only the first
+"""Reads a DeepSpeed JSON config and checks it (pure Python: no torch); ``zero_ref.config`` is its face.
 
 Keys and defaults are DeepSpeed 0.19.8's, taken from its *code* (``runtime/config.py``,
 ``runtime/zero/config.py``, ``runtime/precision_config.py``, ...). Its documentation disagrees in
@@ -17,7 +13,7 @@ and says how to fix it. zero_ref is stricter than DeepSpeed, on purpose:
   for nothing (``{"enabled": false}``, the default value);
 - a key zero_ref accepts but that changes nothing here is listed in ``Config.notes``, which the
   engine prints: nothing is ignored silently;
-- the batch arithmetic (zero_ref.batch) is checked as soon as the data-parallel size is known,
+- the batch arithmetic (zero_ref.config.batch) is checked as soon as the data-parallel size is known,
   and impossible combinations (fp16 + bf16, offload at stage 0, NVMe without a path, ...) are errors.
 
 ``parse(config, strict=False)`` reads a config as DeepSpeed would, for a planner (sim.Plan.from_deepspeed)
@@ -28,8 +24,8 @@ stay errors even there: DeepSpeed ignores an unknown top-level key, and a misspe
 with the default.
 
 The keys themselves — types, defaults, ranges, meaning — are declared once, in
-``zero_ref.config_schema`` (which also prints them as a table); the rules that involve several
-keys, and the batch arithmetic, are ``zero_ref.config_rules``; this module reads a config.
+``zero_ref.config.schema`` (which also prints them as a table); the rules that involve several
+keys, and the batch arithmetic, are ``zero_ref.config.rules``; this module reads a config.
 """
 from __future__ import annotations
 
@@ -41,9 +37,9 @@ import math
 import os
 from dataclasses import fields, replace
 
-from zero_ref.batch import KEYS as BATCH_KEYS, BatchConfig
-from zero_ref.config_rules import ConfigRules
-from zero_ref.config_schema import (ADAM_TYPES, DEEPSPEED_OPTIMIZERS, SCHEDULER_PARAMS, AioConfig, Config,
+from zero_ref.config.batch import KEYS as BATCH_KEYS, BatchConfig
+from zero_ref.config.rules import ConfigRules
+from zero_ref.config.schema import (ADAM_TYPES, DEEPSPEED_OPTIMIZERS, SCHEDULER_PARAMS, AioConfig, Config,
                                     OffloadOptimizerConfig, OffloadParamConfig, OptimizerConfig, SchedulerConfig,
                                     defaults_table, format_defaults, kind_of as _kind, section_types, show as _show)
 

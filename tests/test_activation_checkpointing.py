@@ -1,4 +1,4 @@
-"""Activation checkpointing (zero_ref.checkpointing) against the plain model and DeepSpeed's own.
+"""Activation checkpointing (zero_ref.activation_checkpointing) against the plain model and DeepSpeed's own.
 
 - Exactness: a GPT with every block checkpointed, dropout 0.1, gives the *same bits* of loss and
   every gradient as the plain model (the recompute restores the RNG state, so the masks repeat);
@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 import zero_ref
-from zero_ref import checkpointing as ck
+from zero_ref import activation_checkpointing as ck
 from zero_ref.measure import saved_activation_bytes
 from zero_ref.memory import activation_bytes_per_layer
 from zero_ref.models import GPT, GPTConfig, make_batch
@@ -249,14 +249,14 @@ def two_ranks(rank, world):
     import torch
     import torch.distributed as dist
 
-    from zero_ref import checkpointing as ck, comm
+    from zero_ref import activation_checkpointing as ck, comm
     from zero_ref.config import parse
     from zero_ref.engine import initialize
     from zero_ref.measure import saved_activation_bytes
     from zero_ref.models import GPT, GPTConfig, make_batch
     from zero_ref.parallel.groups import build_groups
     from zero_ref.parallel.tensor import TensorParallelGPT
-    from zero_ref.topology import Topology
+    from zero_ref.parallel.topology import Topology
 
     out = {}
     cfg = GPTConfig(vocab_size=V, seq_len=S, d_model=H, n_heads=A, n_layers=L, dropout=0.1)

@@ -45,7 +45,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zero_ref import comm
-from zero_ref.flat import FlatLayout
+from zero_ref.stages.flat import FlatLayout
 
 __all__ = ["Unit", "Init", "GatheredParameters", "register_external_parameter", "unregister_external_parameter"]
 

@@ -268,7 +268,7 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class ActivationCheckpointingConfig:
-    """Read here; used by the activation-checkpointing module (``checkpointing.configure``)."""
+    """Read here; used by ``zero_ref.activation_checkpointing.configure``."""
 
     partition_activations: bool = key(False, "shard saved activations over the model-parallel ranks")
     contiguous_memory_optimization: bool = key(False, "copy checkpoints into one contiguous buffer")

@@ -1,6 +1,6 @@
 """Profile real zero_ref training steps on gloo ranks: the measurements the simulator is calibrated on.
 
-    from zero_ref import profile
+    from zero_ref.profiling import profile
     specs = {"zero1": profile.StepSpec(stage=1, micro_batch=4), "zero2 mb8": profile.StepSpec(2, 8)}
     m = profile.measure(specs, world_size=2)   # plain numbers (dicts, lists, floats): sim.fit_local reads them
     m["steps"]["zero1"]["cpu"]["step"]          # CPU seconds of one optimizer step (its process, all threads)

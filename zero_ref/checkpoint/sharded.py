@@ -23,8 +23,8 @@ files are complete; only then rank 0 renames the folder to ``<dir>/<tag>`` and r
 checkpoint and ``latest`` as they were; a stale ``.tmp`` folder is removed by the next save.
 Safe to load: files are read with ``torch.load(weights_only=True)``, which refuses any pickled object
 that is not a tensor or a plain container, so a checkpoint cannot run code (``CheckpointError``).
-Reading needs no engine: ``zero_ref.zero_to_fp32`` holds the reader and consolidates any checkpoint
-into one fp32 state dict.
+Reading needs no engine: ``zero_ref.checkpoint.format`` holds the reader and consolidates any checkpoint
+into one fp32 state dict (``python -m zero_ref.zero_to_fp32``).
 """
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ import torch
 
 from zero_ref import comm
 from zero_ref.stages.base import HYPER
-from zero_ref.zero_to_fp32 import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, _numel,  # noqa: F401
-                                   checkpoint_bytes, deepspeed_file_names, optim_file, param_file, resolve)
+from zero_ref.checkpoint.format import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, numel, optim_file,
+                                        param_file, resolve)
 
-__all__ = ["save", "load", "CheckpointError", "Reader", "resolve", "checkpoint_bytes", "deepspeed_file_names"]
+__all__ = ["save", "load"]
 
 
 # ---------------------------------------------------------------- what a rank owns
@@ -260,7 +260,7 @@ def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
         param_index = {param_file(r): [[names[id(u.params[pc.index])], pc.param_start, pc.param_end]
                                        for u in opt.units for pc in u.layout.pieces(r)] for r in range(world)}
     else:
-        param_index = {MODEL: [[n, 0, _numel(p["shape"])] for n, p in params.items()]}
+        param_index = {MODEL: [[n, 0, numel(p["shape"])] for n, p in params.items()]}
     sizes = {optim_file(r): s[0] for r, s in enumerate(all_sizes)}
     sizes.update({param_file(r): s[1] for r, s in enumerate(all_sizes) if opt.stage == 3})
     sizes[MODEL] = os.path.getsize(os.path.join(tmp, MODEL))

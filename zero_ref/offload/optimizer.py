@@ -1,0 +1,194 @@
+"""ZeRO-Offload's optimizer half: the rank's optimizer partition on the host (or in NVMe files), Adam there.
+
+The fp32 master partition, both Adam moments and an fp32 gradient partition live on the host; a reduced
+16-bit gradient shard is added in as each bucket completes, the step runs Adam on the host (Numba CPU Adam)
+and copies the updated partition, cast to 16 bits, back into the device parameters. With NVMe the states
+live in files and are swapped in sub-groups (``nvme.py``). The wing's overview is ``zero_ref.offload``.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from zero_ref.config.schema import AioConfig, OffloadOptimizerConfig
+from zero_ref.offload.link import Link
+from zero_ref.optim import AdamConfig, adam_step_
+
+CPU_ADAM = ("numba", "torch")
+
+
+def _cpu_adam(params, grads, exp_avgs, exp_avg_sqs, step: int, cfg: AdamConfig, backend: str) -> None:
+    """One Adam(W) step on host tensors: the fused Numba kernel, or torch's ops (bit for bit the
+    non-offloaded step on a CPU run; the Numba kernel's IEEE sqrt differs from torch's in the last bit)."""
+    if backend == "torch":
+        for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+            adam_step_(p, g, m, v, step, cfg)
+        return
+    import numba
+
+    from zero_ref.kernels import adam_step
+    threads = torch.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # the rank's share of the cores
+    try:
+        adam_step(params, grads, exp_avgs, exp_avg_sqs, step, cfg, backend="numba")
+    finally:
+        # Numba's OpenMP layer sets the process's OpenMP thread count, which is torch's too: restore it, or
+        # later torch reductions silently run on more threads (and add in another order).
+        torch.set_num_threads(threads)
+
+
+class OptimizerOffload:
+    """The rank's optimizer partition on the host (``device="cpu"``) or in NVMe files (``"nvme"``)."""
+
+    def __init__(self, cfg: OffloadOptimizerConfig, *, device, cpu_adam: str = "numba", aio: AioConfig | None = None,
+                 sub_group_size: int = int(1e9), rank: int = 0, world_size: int = 1):
+        if cpu_adam not in CPU_ADAM:
+            raise ValueError(f"cpu_adam must be one of {', '.join(CPU_ADAM)}, got {cpu_adam!r}")
+        if sub_group_size < 1:
+            raise ValueError(f"zero_optimization.sub_group_size must be >= 1, got {sub_group_size}")
+        self.cfg, self.cpu_adam, self.aio = cfg, cpu_adam, aio or AioConfig()
+        self.sub_group_size, self.rank, self.world_size = int(sub_group_size), rank, world_size
+        self.link = Link(device, cfg.pin_memory)
+        self.nvme = cfg.device == "nvme"
+        self.store = self.swapper = None
+        self.sub_groups: list[list] = []
+
+    # -------------------------------------------------------- set-up
+    def adopt(self, b) -> None:
+        """Give bucket ``b`` a host fp32 master (a copy of ``b.master``), Adam moments and gradient partition."""
+        n = b.layout.shard_numel
+        master = self.link.host_zeros(n)
+        master.copy_(b.master)
+        b.master = master
+        b.exp_avg, b.exp_avg_sq, b.grad_shard = (self.link.host_zeros(n) for _ in range(3))
+
+    def attach(self, opt, buckets, param_offload=None) -> None:
+        """After every bucket is adopted. NVMe: form sub-groups, check ``nvme_path``, write version 1 of the
+        states and free their host copies (parameter partitions on NVMe are written in the same version)."""
+        if not self.nvme:
+            return
+        from zero_ref.offload import nvme
+        plan = nvme.sub_group_plan([b.layout.shard_numel for b in buckets], self.sub_group_size)
+        self.sub_groups = groups = [[buckets[i] for i in g] for g in plan]
+        numels = [sum(b.layout.shard_numel for b in g) for g in groups]
+        need = 2 * 12 * sum(numels) + (param_offload.file_bytes_needed(opt) if param_offload else 0)
+        path = nvme.check_nvme_path(self.cfg.nvme_path, need * self.world_size)
+        io = nvme.AsyncFileIO(self.aio.block_size, self.aio.queue_depth, self.aio.intra_op_parallelism,
+                              self.aio.single_submit, self.aio.overlap_events)
+        self.store = nvme.VersionedStore(path, io, prefix=f"zero_ref_rank{self.rank}_")
+        self._finalizer = weakref.finalize(self, _close_store, self.store)  # swap files are scratch: removed
+        self.swapper = nvme.SubGroupSwapper(self.store, numels, n_states=3, buffer_count=self.cfg.buffer_count,
+                                            pipeline_read=self.cfg.pipeline_read, pipeline_write=self.cfg.pipeline_write,
+                                            pin_memory=self.link.pin)
+        self.store.begin()
+        for i, g in enumerate(groups):
+            self.swapper.write_initial(i, [torch.cat([getattr(b, s) for b in g]) for s in ("master", "exp_avg", "exp_avg_sq")])
+        if param_offload is not None:
+            param_offload.attach(opt, self.store)
+        self.store.commit()
+        for b in buckets:
+            b.master = b.exp_avg = b.exp_avg_sq = None  # they live in the files now
+
+    def close(self) -> None:
+        """Stop the I/O threads and delete this rank's swap files (also done when the object is collected)."""
+        if self.store is not None:
+            self._finalizer()
+
+    @property
+    def log(self):
+        """The NVMe event log (reads, writes, steps per sub-group), or None without NVMe."""
+        return self.store.log if self.store is not None else None
+
+    # -------------------------------------------------------- backward
+    def add_grad(self, b, grad: torch.Tensor) -> None:
+        """Add a reduced 16-bit gradient shard (on the device) into ``b``'s fp32 host partition."""
+        self.link.to_host(grad, b.grad_shard.add_)
+
+    def grad_partitions(self, buckets, scale: float) -> list[torch.Tensor]:
+        """The fp32 host gradient partitions, multiplied by ``scale`` in place (after pending copies land)."""
+        self.link.poll(wait=True)
+        return [b.grad_shard.mul_(scale) for b in buckets]
+
+    def zero_grads(self, buckets) -> None:
+        for b in buckets:
+            b.grad_shard.zero_()
+
+    # -------------------------------------------------------- step
+    def step(self, opt, grads: list[torch.Tensor]) -> None:
+        """Adam on the host for every bucket of ``opt``, then the updated parameters back where they live.
+
+        Without NVMe the parameters of bucket i are copied to the device as soon as its Adam is done.
+        With NVMe the new states and parameters form one store version: the parameters are written
+        only after every file of the version is complete, so a failed write raises ``SwapError`` and
+        leaves parameters, states and files at the previous step (``opt.global_steps`` rolled back, this
+        step's gradients dropped)."""
+        step = opt.global_steps
+
+        def adam(views) -> None:  # (param, grad, exp_avg, exp_avg_sq, start, end, cfg) spans: a call per group
+            by_group: dict[tuple, list] = {}
+            for p, g, m, v, start, end, cfg in views:
+                key = (cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay)
+                by_group.setdefault(key, [cfg, []])[1].append((p[start:end], g[start:end], m[start:end], v[start:end]))
+            for cfg, spans in by_group.values():
+                _cpu_adam(*map(list, zip(*spans)), step, cfg, self.cpu_adam)
+
+        if not self.nvme:
+            for b, g in zip(opt.buckets, grads):
+                adam([(b.master, g, b.exp_avg, b.exp_avg_sq, *run) for run in opt.adam_runs(b)])
+                self._write_params(b, b.master)
+            self.link.poll()  # (CUDA: release the staging buffers of the copies that have landed)
+            return
+        grad_of = dict(zip(map(id, opt.buckets), grads))
+        staged: list = []
+
+        def step_group(i: int, states: list[torch.Tensor]) -> None:
+            offset, views = 0, []
+            for b in self.sub_groups[i]:
+                n = b.layout.shard_numel
+                views.append([s[offset:offset + n] for s in states])
+                offset += n
+            adam([(v[0], grad_of[id(b)], v[1], v[2], *run)
+                  for b, v in zip(self.sub_groups[i], views) for run in opt.adam_runs(b)])
+            for b, v in zip(self.sub_groups[i], views):
+                staged.append((b, torch.empty(v[0].shape, dtype=_param_dtype(b)).copy_(v[0])))
+
+        self.store.begin()
+        try:
+            self.swapper.run(step_group)
+            self.store.wait_writes()
+            for b, new in staged:
+                if getattr(b, "offload", None) is not None and b.offload.nvme:
+                    b.offload.write_part(b, new)  # into the open version
+            self.store.commit()
+        except BaseException:
+            self.store.abort()
+            opt.global_steps -= 1
+            opt._zero_grads()  # the step is dropped: training can go on from the previous state
+            raise
+        for b, new in staged:
+            if getattr(b, "offload", None) is None or not b.offload.nvme:
+                self._write_params(b, new)
+
+    def _write_params(self, b, values: torch.Tensor) -> None:
+        """Updated values (host, fp32 or 16-bit) into the bucket's parameter shard, wherever it lives."""
+        if getattr(b, "offload", None) is not None:  # a ZeRO-3 unit whose partition lives on the host / NVMe
+            b.offload.write_part(b, values)
+        else:
+            self.link.to_device(b.part if hasattr(b, "part") else b.shard(b.flat_param), values)
+
+    # -------------------------------------------------------- accounting
+    def host_tensors(self, buckets) -> list[torch.Tensor]:
+        return [t for b in buckets for t in (b.master, b.exp_avg, b.exp_avg_sq, b.grad_shard) if t is not None]
+
+    def buffer_tensors(self) -> list[torch.Tensor]:
+        return list(self.swapper.buffers) if self.swapper is not None else []
+
+
+def _param_dtype(b) -> torch.dtype:
+    return b.part.dtype if hasattr(b, "part") else b.flat_param.dtype
+
+
+def _close_store(store) -> None:
+    store.io.close()
+    store.close()
