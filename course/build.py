@@ -86,6 +86,8 @@ def problems(nb, number: int, title: str | None, executed: bool = True) -> list[
         found.append(f"section headings out of order: {sorted(set(order), key=order.index)}")
     graded, solved = set(), set()
     for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and "getsource" in cell.source:  # hand-cut excerpts go wrong silently
+            found.append(f"{where(cell, i)}: show library code with course.show, not inspect.getsource")
         kind = [k for k in ("graded", "solution") if k in tags(cell)]
         if not kind:
             continue

@@ -273,6 +273,8 @@ def test_check_accepts_the_fixture_and_catches_a_wrong_title(syllabus, tmp_path,
     (lambda nb: cell(nb, "task-99-2-graded").update(execution_count=None), "was not executed"),
     (lambda nb: cell(nb, "task-99-2-graded").update(source="print(shard_sizes(10, 4))"),
      "prints through course.canon.echo, not print"),
+    (lambda nb: nb.cells.insert(2, nbformat.v4.new_code_cell("print(inspect.getsource(shard_sizes))")),
+     "show library code with course.show"),
 ])
 def test_check_names_each_problem(edit, problem):
     nb = reference()

@@ -428,3 +428,32 @@ def test_parameters_read_by_another_module_are_gathered_for_it():
             assert res[name]["readers"] == {"MultiheadAttention": ["attn.out_proj"], "Reader": ["emb"]}, name
             assert res[name]["copied"] == "dict"
         assert (res["found"]["before_forward"], res["registered"]["before_forward"]) == ([], ["emb"])
+
+
+def run_gather_log(rank, world):
+    model = build_model()
+    opt = ZeroStage3(model, adam=ADAM, **ALL_PARTITIONED)
+    untouched = opt.gather_log is None
+    opt.gather_log = []
+    train(rank, world, model, opt)
+    return dict(untouched=untouched, log=[tuple(e) for e in opt.gather_log], peak=opt.peak_live_numel,
+                sizes={u.name: u.size for u in opt.units})
+
+
+@pytest.mark.slow
+def test_gather_log_is_the_working_set_as_a_timeline():
+    """Off by default; when set, every gather, prefetch and release in order, with the live elements after it."""
+    for res in zero_ref.launch(run_gather_log, 2, timeout=120):
+        assert res["untouched"]
+        live, gathered = 0, set()
+        for kind, unit, live_numel in res["log"]:
+            if kind == "release":
+                gathered.remove(unit)  # only what is gathered is released
+                live -= res["sizes"][unit]
+            else:
+                assert unit not in gathered, unit
+                gathered.add(unit)
+                live += res["sizes"][unit]
+            assert live_numel == live
+        assert {kind for kind, _, _ in res["log"]} == {"gather", "prefetch", "release"}
+        assert max(n for _, _, n in res["log"]) == res["peak"]

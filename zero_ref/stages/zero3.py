@@ -27,7 +27,9 @@ that order, up to this many elements (a changed order drops the trace; it is rec
 all-gather after each step); they are still partitioned for the optimizer.
 ``max_live_parameters`` — gathered elements (persistent units aside) stay under this: a gather
 first releases the oldest units not in use, prefetching stops at it; a larger single unit still
-gathers. Different control flow on different ranks would mismatch collectives and hang: before
+gathers. ``gather_log`` (None by default): set it to a list and every gather, prefetch and release
+appends a ``GatherEvent`` (kind, unit, gathered elements after it), the working set as a timeline.
+Different control flow on different ranks would mismatch collectives and hang: before
 each collective on a unit the ranks all-gather a 16-byte header (unit, op) and all raise the
 same error naming every rank's module if they differ.
 
@@ -88,6 +90,13 @@ class _Parameters(dict):
         return dict, (dict(self),)
 
 
+class GatherEvent(NamedTuple):
+    """One entry of ``ZeroStage3.gather_log``."""
+    kind: str        # "gather", "prefetch" or "release"
+    unit: str        # the unit's name
+    live_numel: int  # gathered elements just after it, persistent units aside
+
+
 class ZeroStage3(ZeroStage2):
     stage = 3
 
@@ -105,6 +114,7 @@ class ZeroStage3(ZeroStage2):
         self.prefetch_bucket_size, self.max_live = prefetch_bucket_size, max_live_parameters
         self.persistence_threshold = param_persistence_threshold
         self.peak_live_numel = 0  # most gathered elements at once (persistent units aside)
+        self.gather_log: list[GatherEvent] | None = None  # set to a list to record every gather and release
         self._trace, self._recording, self._pos, self._clock = [], True, 0, 0
         self._by_ptr: dict[int, Unit] = {}  # data_ptr of each gathered buffer -> its unit (for pack)
         self._entered: list[nn.Module] = []
@@ -211,6 +221,7 @@ class ZeroStage3(ZeroStage2):
             u.age = self._clock
             self._by_ptr[u.full.untyped_storage().data_ptr()] = u
             self.peak_live_numel = max(self.peak_live_numel, self._live_numel())
+            self._log("prefetch" if op == PREFETCH else "gather", u)
         elif u.work is not None and op != PREFETCH:
             u.wait()
 
@@ -218,6 +229,11 @@ class ZeroStage3(ZeroStage2):
         if u.full is not None and not u.persistent:
             self._by_ptr.pop(u.full.untyped_storage().data_ptr(), None)
             u.release()
+            self._log("release", u)
+
+    def _log(self, kind: str, u: Unit) -> None:
+        if self.gather_log is not None:
+            self.gather_log.append(GatherEvent(kind, u.name, self._live_numel()))
 
     def _agree(self, u: Unit, op: int) -> None:
         """All ranks check that they are about to run the same collective on the same unit."""
