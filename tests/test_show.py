@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from course.show import show, source
-from zero_ref.flat import FlatLayout, Piece
+from zero_ref.stages.flat import FlatLayout, Piece
 from zero_ref.offload import OptimizerOffload
-from zero_ref.schedules import warmup_count
+from zero_ref.parallel.schedules import warmup_count
 
 WARMUP_COUNT = '''\
 def warmup_count(schedule: str, stages: int, microbatches: int, stage: int, virtual: int = 1) -> int:
