@@ -2,7 +2,8 @@
 
 (a) parameter counts vs the formula; (b) model-state bytes by category after an AdamW step;
 (c) the tensors autograd saves per transformer block vs Korthikanti et al. (arXiv 2205.05198),
-term by term; (d) property tests that every storage is counted exactly once.
+term by term; (d) property tests that every storage is counted exactly once; (e) PeakTensorBytes
+counts a new storage once, views and in-place ops not at all, and stops counting it when it is freed.
 """
 import math
 
@@ -12,7 +13,7 @@ import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zero_ref.measure import memory_by_category, saved_activation_bytes, unique_storage_bytes
+from zero_ref.measure import PeakTensorBytes, memory_by_category, saved_activation_bytes, unique_storage_bytes
 from zero_ref.memory import activation_bytes_per_layer, transformer_param_count
 from zero_ref.models.gpt import GPT, Block, GPTConfig, make_batch
 
@@ -266,3 +267,25 @@ def test_memory_by_category_counts_shared_weights_once(n_layers, tie, d):
     m = memory_by_category(layers)
     assert m.params == len(distinct) * d * d * 4
     assert (m.grads, m.optimizer_states, m.optimizer_other, m.buffers) == (0, 0, 0, 0)
+
+
+def test_peak_tensor_bytes_counts_live_storage():
+    before = torch.ones(10)                         # made outside the block: never counted
+    with PeakTensorBytes() as m:
+        a = torch.zeros(100, 3)                     # 1,200 bytes
+        assert (m.live, m.peak) == (1200, 1200)
+        v = a[10:20].view(-1).unsqueeze(0).t()      # views of a: no new storage
+        a.add_(1)                                   # in place: no new storage
+        before.mul_(2)
+        assert (m.live, m.peak) == (1200, 1200)
+        b = torch.empty(50, dtype=torch.float64)    # 400 bytes
+        assert (m.live, m.peak) == (1600, 1600)
+        del b                                       # freed: live falls, the peak stays
+        assert (m.live, m.peak) == (1200, 1600)
+        del a                                       # v still holds a's whole storage
+        assert m.live == 1200
+        del v
+        assert m.live == 0
+        c = torch.zeros(2, dtype=torch.float16)     # 4 bytes, below the peak
+        assert (m.live, m.peak) == (4, 1600)
+    assert c.numel() == 2

@@ -4,18 +4,15 @@ Units of the toy model (tests/zero_cases.py): one per module with parameters, 15
 head/tok_emb weight is one unit (tok_emb's), which head's forward gathers too; pos_emb is frozen.
 """
 import time
-import weakref
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import test_zero_stages as zs
 import zero_ref
 from zero_ref import comm
 from zero_ref.stages.flat import FlatLayout
-from zero_ref.measure import unique_storage_bytes
+from zero_ref.measure import PeakTensorBytes, unique_storage_bytes
 from zero_ref.memory import model_state_bytes
 from zero_ref.models import GPT, GPTConfig
 from zero_ref.precision import DynamicLossScaler
@@ -162,33 +159,6 @@ def test_communication_per_step(runs):
 # ---------------------------------------------------------------- zero.Init, GatheredParameters, state_dict
 
 BIG = GPTConfig(vocab_size=127, seq_len=16, d_model=63, n_heads=3, n_layers=6)  # 300k params; tok_emb is odd
-
-
-class PeakTensorBytes(TorchDispatchMode):
-    """Bytes of tensor storage allocated inside the block and still alive; ``peak`` is their maximum."""
-
-    def __init__(self):
-        super().__init__()
-        self.live = self.peak = 0
-        self._ptrs = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                st = t.untyped_storage()
-                ptr, n = st.data_ptr(), st.nbytes()
-                if n and ptr not in inputs and ptr not in self._ptrs:
-                    self._ptrs.add(ptr)
-                    self.live += n
-                    self.peak = max(self.peak, self.live)
-                    weakref.finalize(st, self._free, ptr, n)
-        return out
-
-    def _free(self, ptr, n):
-        self._ptrs.discard(ptr)
-        self.live -= n
 
 
 def build_big():

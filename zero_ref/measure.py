@@ -12,12 +12,15 @@ that is exactly what the formulas describe, and it works the same on CPU and GPU
 """
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
 import torch
 import torch.nn as nn
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def storage_key(t: torch.Tensor) -> tuple:
@@ -149,3 +152,42 @@ def saved_activation_bytes(*exclude: nn.Module | torch.Tensor) -> Iterator[Saved
             yield result
     finally:
         held.clear()
+
+
+class PeakTensorBytes(TorchDispatchMode):
+    """Bytes of tensor storage allocated inside the block and still alive; ``peak`` is their maximum.
+
+    For what a *piece of code* allocates on the way, e.g. building a model whole against building
+    it under ``zero_init.Init``, which the tensors left at the end don't show. Every op's result
+    whose storage is not one of the op's inputs and not already counted is a new storage (so a view
+    or an in-place op adds nothing); it counts in ``live`` until the storage is freed::
+
+        with PeakTensorBytes() as m:
+            model = GPT(cfg)
+        print(m.peak, m.live)
+
+    Only tensors made by torch ops inside the block count; storages made before it, or outside
+    the dispatcher, are not seen.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self._keys: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {storage_key(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                st, key = t.untyped_storage(), storage_key(t)
+                if st.nbytes() and key not in inputs and key not in self._keys:
+                    self._keys.add(key)
+                    self.live += st.nbytes()
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(st, self._free, key, st.nbytes())
+        return out
+
+    def _free(self, key, nbytes: int) -> None:
+        self._keys.discard(key)
+        self.live -= nbytes
