@@ -434,6 +434,49 @@ def check_failure(results, mode):
         assert all(torch.equal(r["final"][k], r["reference"][k]) for k in r["reference"])  # the failed step left no trace
 
 
+def helper_failure_run(rank, world, root):
+    """A failed write in the offload helper's step leaves its caller's fields alone (it raises); the
+    stage's step is the one that drops the step: its counter back, its gradients cleared."""
+    from zero_ref.offload.nvme import SwapError
+    from zero_ref.stages import ZeroStage3
+
+    model = build_model()
+    opt = ZeroStage3(model, adam=ADAM, param_persistence_threshold=0, cpu_adam="torch", sub_group_size=1,
+                     offload_optimizer={"device": "nvme", "nvme_path": root})
+
+    def backward(step):
+        _, loss = model(*micro_batch(step, 0, rank, world, 1))
+        opt.backward(loss)
+
+    backward(0)
+    opt.step()
+    backward(1)
+    grads = [b.grad_shard.clone() for b in opt.buckets]
+    result = {}
+    opt.offload.store.fail_after = 1
+    try:
+        opt.offload.step(opt, [b.grad_shard for b in opt.buckets])
+    except SwapError as e:
+        result["helper"] = str(e)
+    result["helper_left_steps"] = opt.global_steps
+    result["helper_left_grads"] = all(torch.equal(b.grad_shard, g) for b, g in zip(opt.buckets, grads))
+    opt.offload.store.fail_after = 1
+    try:
+        opt.step()
+    except SwapError as e:
+        result["stage"] = str(e)
+    result["stage_left_steps"] = opt.global_steps
+    result["stage_zeroed_grads"] = all(not b.grad_shard.any() for b in opt.buckets)
+    return result
+
+
+def test_the_offload_helper_raises_and_the_stage_rolls_back(tmp_path):
+    r = zero_ref.launch(helper_failure_run, 1, str(tmp_path), timeout=120)[0]
+    assert "still hold the previous version" in r["helper"] and "still hold the previous version" in r["stage"]
+    assert r["helper_left_steps"] == 1 and r["helper_left_grads"]  # untouched by the helper
+    assert r["stage_left_steps"] == 1 and r["stage_zeroed_grads"]  # rolled back by the stage
+
+
 @pytest.mark.slow
 def test_a_write_failure_mid_step_leaves_the_previous_state(tmp_path):
     # RLIMIT_FSIZE: a real EFBIG from pwrite once a swap file would pass the limit (Python ignores SIGXFSZ).

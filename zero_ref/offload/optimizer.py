@@ -121,8 +121,8 @@ class OptimizerOffload:
         Without NVMe the parameters of bucket i are copied to the device as soon as its Adam is done.
         With NVMe the new states and parameters form one store version: the parameters are written
         only after every file of the version is complete, so a failed write raises ``SwapError`` and
-        leaves parameters, states and files at the previous step (``opt.global_steps`` rolled back, this
-        step's gradients dropped)."""
+        leaves parameters, states and files at the previous step; ``opt``'s own fields (its step
+        counter, its gradients) are left for its ``step`` to roll back."""
         step = opt.global_steps
 
         def adam(views) -> None:  # (param, grad, exp_avg, exp_avg_sq, start, end, cfg) spans: a call per group
@@ -163,8 +163,6 @@ class OptimizerOffload:
             self.store.commit()
         except BaseException:
             self.store.abort()
-            opt.global_steps -= 1
-            opt._zero_grads()  # the step is dropped: training can go on from the previous state
             raise
         for b, new in staged:
             if getattr(b, "offload", None) is None or not b.offload.nvme:

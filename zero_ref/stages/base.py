@@ -318,7 +318,13 @@ class ZeroOptimizerBase:
                 g.mul_(coef)
         self.global_steps += 1
         if self.offload is not None:  # on the host; writes the updated shards back (zero_ref.offload)
-            self.offload.step(self, grads)
+            try:
+                self.offload.step(self, grads)
+            except BaseException:
+                if self.offload.nvme:  # the store kept the previous version: drop the step, so training
+                    self.global_steps -= 1  # can go on from the previous state
+                    self._zero_grads()
+                raise
         else:
             for b, g in zip(self.buckets, grads):
                 for start, end, cfg in self.adam_runs(b):
