@@ -102,8 +102,7 @@ def problems(config, dp: int | None = None, *, strict: bool = True) -> list[Conf
     reader = _Reader(strict)
     cfg = reader.config(raw)
     if dp is not None and not reader.errors:
-        batch = reader.batch(cfg, dp)
-        cfg = replace(cfg, batch=batch)
+        reader.batch(cfg, dp)  # for its errors
     return reader.errors
 
 
