@@ -80,9 +80,12 @@ cuda-ext:  ## compile the fused Adam CUDA extension (then tests/test_kernels.py 
 	  PYTHONPATH=. $(CUDA_VENV)/bin/python -m zero_ref.kernels.cuda_ext --build
 
 # The prepared GPU check (scripts/gpu_check.py): on a GPU machine with its own python3 (no venv, nothing
-# installed), under 8 minutes; DRY=1 runs its structure on the CPU instead; PARTS=ext,stages picks parts.
+# installed), under 8 minutes, writing OUT/results.json and OUT/results.md. DRY=1 runs its structure on the
+# CPU instead; QUICK=1 fewer sizes; PARTS=ext,stages picks parts; FAIL=part makes that part raise (the
+# others must still run). OUT=benchmarks/gpu is the stored measurement chapter 14 shows.
 GPU_PYTHON ?= python3
 .PHONY: gpu-check
-gpu-check:  ## the GPU check: make gpu-check OUT=dir [DRY=1] [PARTS=ext,stages,...]
-	@[ -n "$(OUT)" ] || { echo "usage: make gpu-check OUT=dir [DRY=1] [PARTS=a,b]"; exit 2; }
-	PYTHONPATH=. $(GPU_PYTHON) scripts/gpu_check.py $(OUT) $(if $(DRY),--dry-run) $(if $(PARTS),--parts $(PARTS))
+gpu-check:  ## the GPU check: make gpu-check OUT=dir [DRY=1] [QUICK=1] [PARTS=ext,stages,...] [FAIL=part]
+	@[ -n "$(OUT)" ] || { echo "usage: make gpu-check OUT=dir [DRY=1] [QUICK=1] [PARTS=a,b] [FAIL=part]"; exit 2; }
+	PYTHONPATH=. $(GPU_PYTHON) scripts/gpu_check.py --out $(OUT) $(if $(DRY),--dry-run) $(if $(QUICK),--quick) \
+	  $(if $(PARTS),--parts $(PARTS)) $(if $(FAIL),--fail-part $(FAIL))

@@ -1,9 +1,11 @@
 """One prepared check of zero_ref on a GPU machine: kernels, ZeRO stages, offload and activations, measured.
 
-    python3 scripts/gpu_check.py OUT_DIR [--dry-run] [--parts ext,stages,...] [--time-limit 470]
+    python3 scripts/gpu_check.py --out DIR [--dry-run] [--quick] [--parts ext,stages,...] [--time-limit 470]
+                                 [--fail-part PART]
 
-Writes ``OUT_DIR/gpu_check.json`` (every measurement, the machine's facts, each part's plan) and
-``OUT_DIR/gpu_check.md`` (the same as tables), rewritten after every part so that a run cut short
+Writes ``DIR/results.json`` (every measurement, the machine's facts, each part's plan) and
+``DIR/results.md`` (the same as tables, under the machine, the date, torch's and CUDA's versions and
+the command), rewritten after every part so that a run cut short
 still leaves what it measured. Parts (each independent: one that raises has its traceback recorded
 and the others still run; each has a time budget it checks between measurements):
 
@@ -43,6 +45,7 @@ import math
 import os
 import platform
 import random
+import shlex
 import socket
 import statistics
 import subprocess
@@ -75,8 +78,10 @@ class Skip(Exception):
 class Part:
     """What one part records: its plan, tables, checks (must hold) and notes; it prints as it goes."""
 
-    def __init__(self, name: str, budget_s: float, device: str | None, dry_run: bool, record: dict):
+    def __init__(self, name: str, budget_s: float, device: str | None, dry_run: bool, record: dict,
+                 quick: bool = False, fail: bool = False):
         self.name, self.budget_s, self.device, self.dry_run = name, budget_s, device, dry_run
+        self.quick, self.fail = quick, fail
         self.rec = record
         self.rec.update(status="running", budget_s=budget_s, plan={}, tables=[], checks=[], notes=[])
         self.t0 = time.perf_counter()
@@ -88,10 +93,18 @@ class Part:
     def log(self, msg: str) -> None:
         print(f"[{self.name} {time.perf_counter() - self.t0:6.1f}s] {msg}", flush=True)
 
+    def pick(self, full, quick, dry):
+        """The sizes this run uses: tiny on the CPU of a dry run, fewer with --quick, else the full set."""
+        if self.dry_run and not self.cuda:
+            return dry
+        return quick if self.quick else full
+
     def plan(self, **items) -> None:
         self.rec["plan"].update(items)
         for k, v in items.items():
             self.log(f"plan {k}: {v}")
+        if self.fail:  # --fail-part: raise where a real failure would, after the part has recorded its plan
+            raise RuntimeError(f"injected failure in part {self.name} (--fail-part)")
 
     def note(self, msg: str) -> None:
         self.rec["notes"].append(msg)
@@ -154,10 +167,13 @@ def _jsonable(x):
     return str(x)
 
 
+RESULTS_JSON, RESULTS_MD = "results.json", "results.md"
+
+
 def write_report(out_dir: Path, report: dict) -> None:
-    """gpu_check.json and gpu_check.md, each written whole to a temporary name and renamed."""
+    """results.json and results.md, each written whole to a temporary name and renamed."""
     data = json.dumps(_jsonable(report), indent=1, allow_nan=False)
-    for name, text in (("gpu_check.json", data), ("gpu_check.md", markdown(report))):
+    for name, text in ((RESULTS_JSON, data), (RESULTS_MD, markdown(report))):
         tmp = out_dir / f".{name}.tmp"
         tmp.write_text(text)
         tmp.replace(out_dir / name)
@@ -170,13 +186,12 @@ def _md_table(columns, rows) -> list[str]:
 
 
 def markdown(report: dict) -> str:
-    m = report["machine"]
+    from zero_ref.kernels.gpu_results import header
+
     lines = [f"# GPU check, {report['started']}", ""]
     if report["dry_run"]:
         lines += [f"> **{DRY_RUN_NOTE}**", ""]
-    lines += [f"Machine: {m.get('gpu') or 'no GPU'}; torch {m['torch']} (CUDA {m['torch_cuda']}); "
-              f"{m['cpu_count']} CPUs; commit {m.get('git_commit') or 'unknown'}; "
-              f"sources {m['source_digest'][:12]}.", ""]
+    lines += header(report) + [f"- sources sha256 {report['machine']['source_digest'][:12]}", ""]
     summary = [[name, p.get("status"), round(p.get("seconds", 0.0), 1),
                 f"{sum(c['ok'] for c in p.get('checks', []))}/{len(p.get('checks', []))}"]
                for name, p in report["parts"].items()]
@@ -208,10 +223,14 @@ def git_commit(root: Path = ROOT) -> str | None:
     """HEAD's commit read from .git without the git binary (None when there is no .git)."""
     git = root / ".git"
     try:
+        if git.is_file():  # a worktree: .git names its own folder, which names the shared one (refs)
+            git = (root / git.read_text().split("gitdir:", 1)[1].strip()).resolve()
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
+        if (git / "commondir").exists():
+            git = (git / (git / "commondir").read_text().strip()).resolve()
         if (git / ref).exists():
             return (git / ref).read_text().strip()
         for line in (git / "packed-refs").read_text().splitlines():
@@ -322,6 +341,7 @@ def adam_step_bytes(n_params: int) -> int:
 # ---------------------------------------------------------------- 1. ext
 
 EXT_SIZES = [[1, 7, 33, 1000], [(1 << 20) + 5], [16 << 20], [2] * 130 + [3 * 8192 + 5]]
+QUICK_EXT_SIZES = [EXT_SIZES[0], EXT_SIZES[3]]  # odd sizes (the scalar tail) and the multi-tensor table
 EXT_STEPS = 10
 # The kernels form the denominator as fma(sqrt(v), 1/sqrt(bc2), eps), one division where torch has two:
 # the parameters differ from torch's in the last bits (tests/test_kernels.py's bound); the moments use
@@ -340,11 +360,13 @@ def part_ext(p: Part) -> None:
     from zero_ref.kernels import cuda_ext
     from zero_ref.kernels.check import compare_with_torch
 
+    ext_sizes = p.pick(EXT_SIZES, QUICK_EXT_SIZES, EXT_SIZES)
     p.plan(build="zero_ref.kernels.cuda_ext.load(): torch.utils.cpp_extension.load with ninja, "
-                 "TORCH_CUDA_ARCH_LIST = the device's capability (nvcc -gencode arch=compute_XY,code=sm_XY)",
+                 "TORCH_CUDA_ARCH_LIST = the device's capability (nvcc -gencode arch=compute_XY,code=sm_XY; "
+                 "sm_90 on an H100/H200)",
            cuda_cflags=" ".join(cuda_ext.CUDA_CFLAGS),
            sizes=["+".join(map(str, s)) if len(s) < 8 else f"{len(s)} tensors ({sum(s):,} elements)"
-                  for s in EXT_SIZES],
+                  for s in ext_sizes],
            steps=EXT_STEPS, compare="torch.optim.AdamW (decoupled decay) and torch.optim.Adam (L2), same inputs",
            tolerance=f"max|p - p_ref| / max|p_ref| <= {EXT_REL_TOL:g}; exp_avg and exp_avg_sq bit-equal")
     p.need_cuda("the CUDA extension")
@@ -370,7 +392,7 @@ def part_ext(p: Part) -> None:
            f"{', '.join(n for n in dir(module) if not n.startswith('_'))}")
     rows = p.table("cuda extension against torch.optim", ["tensors", "elements", "optimizer", "max rel error",
                                                           "moments bit-equal", "params bit-equal"])
-    for sizes in EXT_SIZES:
+    for sizes in ext_sizes:
         for adamw in (True, False):
             if not p.within_budget(f"sizes {sizes[:3]}... {'AdamW' if adamw else 'Adam'}"):
                 return
@@ -385,6 +407,7 @@ def part_ext(p: Part) -> None:
 # ---------------------------------------------------------------- 2. adam_throughput
 
 THROUGHPUT_SIZES = [16 << 20, 64 << 20, 256 << 20, 1 << 30]
+QUICK_THROUGHPUT_SIZES = [16 << 20, 256 << 20]
 THROUGHPUT_TENSORS = [1, 100]
 REPEATS, WARMUP = 10, 3
 COPY_BYTES = 2 * GiB
@@ -433,12 +456,15 @@ def part_adam_throughput(p: Part) -> None:
     from zero_ref.kernels.check import compare_with_torch
 
     free = torch.cuda.mem_get_info()[0] if p.cuda else None
+    # the plan is the GPU's even in a dry run (which then runs DRY_SIZES): it shows what the machine will do
+    gpu_sizes = QUICK_THROUGHPUT_SIZES if p.quick else THROUGHPUT_SIZES
     plan = [{"params": label(n), "tensors": t, "bytes_per_step": adam_step_bytes(n),
              "memory_needed_GB": round(n * BYTES_PER_PARAM_HELD / 1e9, 1),
              "fits": None if free is None else n * BYTES_PER_PARAM_HELD * 1.1 < free}
-            for n in THROUGHPUT_SIZES for t in THROUGHPUT_TENSORS]
+            for n in gpu_sizes for t in THROUGHPUT_TENSORS]
     p.plan(methods=list(bench.GPU_METHODS), configs=plan, repeats=REPEATS, warmup=WARMUP,
-           bytes_counted="28 bytes per fp32 parameter and step: read p, g, m, v (16) + write p, m, v (12)",
+           bytes_counted="28 bytes per fp32 parameter and step: read p, g, m, v (16) + write p, m, v (12), "
+                         "for every method (effective GB/s: torch foreach's op-by-op step moves more, ~84)",
            timing="CUDA events around each step, methods interleaved in a random order per round, median",
            roofline=f"device-to-device copy of {COPY_BYTES / GiB:g} GiB (1 read + 1 write per byte), same run",
            correctness=f"numba.cuda against torch AdamW and Adam, {EXT_STEPS} steps, sizes {CHECK_SIZES} "
@@ -465,7 +491,7 @@ def part_adam_throughput(p: Part) -> None:
             p.note("cuda ext not timed: it is not built (the ext part builds it)")
     rows = p.table("Adam step throughput (fp32 AdamW; GB/s = 28 bytes per parameter / median step time)",
                    ["params", "tensors", "method", "median ms", "min ms", "GB/s", "× copy", "bytes per step"])
-    sizes, tensors = (THROUGHPUT_SIZES, THROUGHPUT_TENSORS) if p.cuda else (DRY_SIZES, DRY_TENSORS)
+    sizes, tensors = (gpu_sizes, THROUGHPUT_TENSORS) if p.cuda else (DRY_SIZES, DRY_TENSORS)
     for n in sizes:
         for t in tensors:
             if p.cuda and not next(c["fits"] for c in plan if c["params"] == label(n) and c["tensors"] == t):
@@ -638,7 +664,7 @@ def part_stages(p: Part) -> None:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     cfg = stage_model_config(p.cuda or not p.dry_run)
     micro = 8 if (p.cuda or not p.dry_run) else 2
-    worlds = [1] + ([w for w in (2, 4, 8) if w <= gpus] if not p.dry_run else [])
+    worlds = [1] + ([gpus] if gpus > 1 and not p.dry_run else [])  # one rank, then every GPU
     p.plan(model=f"GPT {cfg}", parameters=cfg.num_params(), steps=STAGE_STEPS, micro_batch=micro,
            backend="nccl" if not p.dry_run else "gloo (dry run)", worlds=worlds,
            adam=str(stage_adam()), reference="torch.optim.AdamW(foreach=False), one process, the global batch",
@@ -673,6 +699,7 @@ def part_stages(p: Part) -> None:
 
 OFFLOAD_STEPS, OFFLOAD_GAS = 3, 2
 LINK_SIZES = [64 << 20, 256 << 20]
+QUICK_LINK_SIZES = LINK_SIZES[:1]
 LINK_REPEATS = 5
 
 
@@ -702,7 +729,7 @@ def part_offload(p: Part) -> None:
            offload_optimizer={"device": "cpu", "pin_memory": True},
            cpu_adam="numba" if not p.dry_run else "torch (dry run: no Numba compile for a structure check)",
            bytes="Link.d2h_bytes / h2d_bytes per step = zero_ref.memory.pcie_bytes_per_step(padded Ψ), exactly",
-           link_sizes=[f"{n >> 20} MiB" for n in LINK_SIZES], first_step="includes the Numba CPU Adam's compilation",
+           link_sizes=[f"{n >> 20} MiB" for n in p.pick(LINK_SIZES, QUICK_LINK_SIZES, LINK_SIZES)], first_step="includes the Numba CPU Adam's compilation",
            link_model=f"sim.cost.CostModel on the {preset} preset: α {c.alpha_pcie:g} s + bytes / "
                       f"({cost.cluster.pcie_bw / 1e9:g} GB/s × {c.pcie_efficiency:g})")
     if not p.cuda and not p.dry_run:
@@ -744,7 +771,7 @@ def part_offload(p: Part) -> None:
     rows = p.table("host link copies against the simulator's link model",
                    ["what", "bytes", "median ms", "GB/s", "model ms", "measured / model"])
     link = offload.Link(torch.device("cuda"), pin_memory=True)
-    for n in LINK_SIZES:
+    for n in p.pick(LINK_SIZES, QUICK_LINK_SIZES, LINK_SIZES):
         if not p.within_budget(f"link copies of {n >> 20} MiB", needs_s=5):
             continue
         dev = torch.empty(n // 2, dtype=torch.bfloat16, device="cuda")
@@ -831,7 +858,7 @@ def part_activations(p: Part) -> None:
     from zero_ref.memory import activation_bytes_per_layer
     from zero_ref.models import Block, GPTConfig
 
-    shapes = ACT_SHAPES if (p.cuda or not p.dry_run) else DRY_ACT_SHAPES
+    shapes = p.pick(ACT_SHAPES, ACT_SHAPES[:1], DRY_ACT_SHAPES)
     p.plan(shapes_sbha=shapes, dtype="bf16 model (not autocast)", dropout=ACT_DROPOUT,
            explicit="zero_ref's Block = activation_bytes_per_layer(s, b, h, a) + LayerNorm mean/rstd "
                     "(2 × 2 × sb × 4 bytes on CUDA, × 2 bytes on the CPU), exactly",
@@ -896,10 +923,11 @@ BUDGETS_S = {"ext": 200, "adam_throughput": 90, "stages": 60, "offload": 45, "ac
 RUN_ORDER = ("stages", "offload", "activations", "ext", "adam_throughput")
 
 
-def run_part(name: str, fn, report: dict, out_dir: Path, device: str | None, dry_run: bool) -> None:
+def run_part(name: str, fn, report: dict, out_dir: Path, device: str | None, dry_run: bool,
+             quick: bool = False, fail: bool = False) -> None:
     record: dict = {}
     report["parts"][name] = record
-    part = Part(name, BUDGETS_S.get(name, 60), device, dry_run, record)
+    part = Part(name, BUDGETS_S.get(name, 60), device, dry_run, record, quick=quick, fail=fail)
     write_report(out_dir, report)  # the part shows as running if the watchdog ends the run inside it
     try:
         fn(part)
@@ -951,8 +979,13 @@ def parse_parts(text: str) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--out", type=Path, required=True, dest="out_dir",
+                    help=f"folder for {RESULTS_JSON} and {RESULTS_MD} (made if missing)")
     ap.add_argument("--dry-run", action="store_true", help="the structure on the CPU, tiny sizes (no GPU needed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer sizes: Adam at 16M and 256M, one link size, one activation shape, two extension checks")
+    ap.add_argument("--fail-part", type=parse_parts, default=[], metavar="PART[,PART]",
+                    help="make these parts raise after recording their plan (checks that the others still run)")
     ap.add_argument("--parts", type=parse_parts, default=list(RUN_ORDER),
                     help=f"comma-separated, run in this order (default {','.join(RUN_ORDER)})")
     ap.add_argument("--time-limit", type=float, default=470.0, help="seconds before the run stops itself")
@@ -965,8 +998,10 @@ def main(argv=None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.dry_run else ("cuda" if torch.cuda.is_available() else None)
     t0 = time.perf_counter()
-    report = {"script": "scripts/gpu_check.py", "argv": sys.argv[1:] if argv is None else list(argv),
-              "dry_run": args.dry_run, "note": DRY_RUN_NOTE if args.dry_run else "measured on the machine below",
+    argv = sys.argv[1:] if argv is None else list(argv)
+    report = {"script": "scripts/gpu_check.py", "argv": argv,
+              "command": shlex.join(["python3", "scripts/gpu_check.py", *map(str, argv)]),
+              "dry_run": args.dry_run, "quick": args.quick, "note": DRY_RUN_NOTE if args.dry_run else "measured on the machine below",
               "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_facts(),
               "parts": {}}
     print(f"gpu_check: {report['machine'].get('gpu') or 'no GPU'}, torch {torch.__version__}, parts "
@@ -974,7 +1009,8 @@ def main(argv=None) -> int:
     timer = _watchdog(args.time_limit, args.out_dir, report)
     try:
         for name in args.parts:
-            run_part(name, PARTS[name], report, args.out_dir, device, args.dry_run)
+            run_part(name, PARTS[name], report, args.out_dir, device, args.dry_run, quick=args.quick,
+                     fail=name in args.fail_part)
     finally:
         timer.cancel()
     report["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -984,7 +1020,7 @@ def main(argv=None) -> int:
     misses = [f"{n}: {c['check']}" for n, r in report["parts"].items() for c in r["checks"] if not c["ok"]]
     print(f"gpu_check: {len(report['parts'])} parts in {report['wall_s']:.0f} s; "
           f"failed: {', '.join(failed) or 'none'}; checks not met: {len(misses)}; "
-          f"wrote {args.out_dir / 'gpu_check.json'} and gpu_check.md", flush=True)
+          f"wrote {args.out_dir / RESULTS_JSON} and {RESULTS_MD}", flush=True)
     for m in misses:
         print(f"  FAIL {m}", flush=True)
     return 1 if failed or misses else 0

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 PARTS = ["ext", "adam_throughput", "stages", "offload", "activations"]
 
-# Runs the dry run as `python scripts/gpu_check.py OUT --dry-run` would, recording which module first
+# Runs the dry run as `python scripts/gpu_check.py --out OUT --dry-run` would, recording which module first
 # imported each module (a meta-path finder that looks up the stack and lets the real finders do the work).
 PROBE = r"""
 import json, runpy, sys
@@ -39,7 +39,7 @@ class Who:
 before = {m.split(".")[0] for m in sys.modules}
 who = Who()
 sys.meta_path.insert(0, who)
-sys.argv = [sys.argv[1], sys.argv[2], "--dry-run"]
+sys.argv = [sys.argv[1], "--out", sys.argv[2], "--dry-run"]
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
     rc = 0
@@ -71,8 +71,8 @@ def dry_run(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-4000:]
     probe = json.loads(proc.stdout.strip().splitlines()[-1])
     strict = dict(parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
-    report = json.loads((out / "gpu_check.json").read_text(), **strict)
-    return report, (out / "gpu_check.md").read_text(), probe, proc.stdout
+    report = json.loads((out / "results.json").read_text(), **strict)
+    return report, (out / "results.md").read_text(), probe, proc.stdout
 
 
 @pytest.mark.slow
@@ -92,9 +92,14 @@ def test_the_dry_run_records_every_part_and_says_it_is_a_dry_run(dry_run):
     configs = report["parts"]["adam_throughput"]["plan"]["configs"]
     assert [(c["params"], c["tensors"]) for c in configs][-2:] == [("1024M", 1), ("1024M", 100)]
     assert "DRY RUN" in md.splitlines()[2] and "| part | status | seconds | checks passed |" in md
-    for name in ("machine", "started", "finished"):
+    for name in ("machine", "started", "finished", "command"):
         assert report[name]
     assert report["machine"]["torch"] == torch.__version__
+    # the table's head: what kind of run, the machine, the date, torch's and CUDA's versions, the command
+    assert "- **dry run on the CPU (no GPU measurement)**, started " + report["started"] in md
+    assert f"- torch {torch.__version__} (CUDA {torch.version.cuda})" in md
+    assert report["command"].startswith("python3 scripts/gpu_check.py --out ") and report["command"].endswith(
+        " --dry-run") and f"- command: `{report['command']}`" in md
 
 
 @pytest.mark.slow
@@ -150,41 +155,52 @@ def test_the_script_imports_only_torch_numpy_numba_stdlib_and_the_repo(dry_run):
 
 
 def test_a_failing_part_is_recorded_and_the_others_still_run(gpu_check, tmp_path, monkeypatch):
-    def boom(part):
-        part.plan(size=3)
-        raise RuntimeError("injected failure")
-
-    monkeypatch.setitem(gpu_check.PARTS, "ext", boom)
     # main() sets it in os.environ; setenv first so that monkeypatch removes it again afterwards
     # (delenv of an absent name records nothing to undo, and the simulator flag then leaks into later tests)
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM")
     threads = torch.get_num_threads()
     try:
-        rc = gpu_check.main([str(tmp_path), "--dry-run", "--parts", "ext,activations"])
+        rc = gpu_check.main(["--out", str(tmp_path), "--dry-run", "--parts", "ext,activations,offload",
+                             "--fail-part", "ext,offload"])
     finally:
         torch.set_num_threads(threads)
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert rc == 1 and list(report["parts"]) == ["ext", "activations"]
-    ext, acts = report["parts"]["ext"], report["parts"]["activations"]
-    assert ext["status"] == "failed" and ext["plan"] == {"size": 3}  # what it recorded before raising is kept
-    assert "RuntimeError: injected failure" in ext["traceback"] and "in boom" in ext["traceback"]
-    assert acts["status"] == "ok" and [c["ok"] for c in acts["checks"]] == [True]
-    md = (tmp_path / "gpu_check.md").read_text()
-    assert "| ext | failed |" in md and "RuntimeError: injected failure" in md
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert rc == 1 and list(report["parts"]) == ["ext", "activations", "offload"]
+    ext, acts, offload = (report["parts"][n] for n in ("ext", "activations", "offload"))
+    for part in (ext, offload):
+        assert part["status"] == "failed" and part["plan"]
+        assert "RuntimeError: injected failure in part" in part["traceback"] and "in part_" in part["traceback"]
+    assert ext["plan"]["sizes"][0] == "1+7+33+1000"  # what it recorded before raising is kept
+    assert acts["status"] == "ok" and [c["ok"] for c in acts["checks"]] == [True]  # between two failures
+    md = (tmp_path / "results.md").read_text()
+    assert "| ext | failed |" in md and "| offload | failed |" in md and "RuntimeError: injected failure" in md
+
+
+def test_quick_runs_fewer_sizes_and_says_so(gpu_check, tmp_path, monkeypatch):
+    monkeypatch.setitem(gpu_check.PARTS, "adam_throughput", lambda part: part.plan(
+        sizes=part.pick(gpu_check.THROUGHPUT_SIZES, gpu_check.QUICK_THROUGHPUT_SIZES, [256])))
+    for quick in (False, True):
+        gpu_check.main(["--out", str(tmp_path), "--parts", "ext,adam_throughput"] + ["--quick"] * quick)
+        report = json.loads((tmp_path / "results.json").read_text())
+        ext, adam = report["parts"]["ext"], report["parts"]["adam_throughput"]
+        assert len(ext["plan"]["sizes"]) == (2 if quick else 4) and report["quick"] is quick
+        # a run without CUDA that is not a dry run skips on the GPU plan; the dry run's tiny sizes are its own
+        assert adam["plan"]["sizes"] == ([16 << 20, 256 << 20] if quick else [16 << 20, 64 << 20, 256 << 20, 1 << 30])
+        assert ("(--quick)" in (tmp_path / "results.md").read_text()) is quick
 
 
 def test_a_failing_check_fails_the_run(gpu_check, tmp_path, monkeypatch):
     monkeypatch.setitem(gpu_check.PARTS, "ext", lambda part: part.check("one = two", False, 1, 2, "exact"))
-    assert gpu_check.main([str(tmp_path), "--parts", "ext"]) == 1
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert gpu_check.main(["--out", str(tmp_path), "--parts", "ext"]) == 1
+    report = json.loads((tmp_path / "results.json").read_text())
     assert report["parts"]["ext"]["status"] == "ok" and report["parts"]["ext"]["checks"][0]["ok"] is False
-    assert "| one = two | FAIL | 1 | 2 | exact |" in (tmp_path / "gpu_check.md").read_text()
+    assert "| one = two | FAIL | 1 | 2 | exact |" in (tmp_path / "results.md").read_text()
 
 
 def test_unknown_parts_are_refused(gpu_check, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        gpu_check.main([str(tmp_path), "--parts", "ext,kernels"])
+        gpu_check.main(["--out", str(tmp_path), "--parts", "ext,kernels"])
     assert e.value.code == 2 and "unknown part(s) kernels" in capsys.readouterr().err
 
 
@@ -197,9 +213,40 @@ def test_the_watchdog_writes_the_reports_and_names_where_it_stopped(gpu_check, t
     while not codes and time.monotonic() < deadline:
         time.sleep(0.02)
     assert codes == [3]
-    written = json.loads((tmp_path / "gpu_check.json").read_text())
+    written = json.loads((tmp_path / "results.json").read_text())
     stages = written["parts"]["stages"]
     assert stages["status"] == "timed out" and "stopped after 0 s in:" in stages["traceback"]
     assert "test_the_watchdog_writes_the_reports" in stages["traceback"]  # the main thread's stack
     assert threading.main_thread().is_alive()
 
+
+
+@pytest.mark.slow
+def test_the_summary_chapter_14_shows_is_the_reports_own(dry_run):
+    from zero_ref.kernels import gpu_results
+
+    report = dry_run[0]
+    text = gpu_results.summary(report)
+    assert text.splitlines()[0] == f"- **dry run on the CPU (no GPU measurement)**, started {report['started']}"
+    assert f"command: `{report['command']}`" in text
+    rows = report["parts"]["adam_throughput"]["tables"][0]["rows"]
+    for n, t, method, median_ms, *_ in rows:
+        assert f"{n:>8} {t:>8}  {method:<14}{median_ms:>10.3f}" in text
+    assert "adam_throughput  ok; checks passed 2/2" in text
+
+
+def test_without_a_stored_measurement_the_chapter_says_so_and_gives_the_command(tmp_path):
+    from zero_ref.kernels import gpu_results
+
+    assert gpu_results.show(tmp_path) == (f"No GPU measurement is stored yet ({tmp_path / 'results.json'} does not "
+                                          "exist). On a GPU machine: make gpu-check OUT=benchmarks/gpu")
+
+
+def test_a_stored_measurement_is_a_real_one():
+    from zero_ref.kernels import gpu_results
+
+    stored = gpu_results.load()
+    if stored is None:
+        pytest.skip("no GPU measurement is stored yet (benchmarks/gpu/results.json)")
+    assert not stored["dry_run"] and stored["machine"]["gpu"], "benchmarks/gpu holds a dry run, not a measurement"
+    assert stored["machine"]["torch_cuda"] and stored["finished"] != "timed out"
