@@ -233,6 +233,13 @@ def test_the_summary_chapter_14_shows_is_the_reports_own(dry_run):
     for n, t, method, median_ms, *_ in rows:
         assert f"{n:>8} {t:>8}  {method:<14}{median_ms:>10.3f}" in text
     assert "adam_throughput  ok; checks passed 2/2" in text
+    # a GPU run's head names the GPU from the facts machine_facts() records on CUDA
+    gpu_run = {**report, "dry_run": False, "quick": True,
+               "machine": {**report["machine"], "gpu": "GPU-X", "gpu_count": 2, "capability": "9.0",
+                           "gpu_memory_bytes": 80 * 2**30}}
+    head = gpu_results.header(gpu_run)
+    assert head[0] == f"- **stored measurement (--quick)**, started {report['started']}"
+    assert head[1].startswith("- machine: GPU-X × 2, compute capability 9.0, 80 GiB; ")
 
 
 def test_without_a_stored_measurement_the_chapter_says_so_and_gives_the_command(tmp_path):
