@@ -5,8 +5,9 @@
 
 Writes ``DIR/results.json`` (every measurement, the machine's facts, each part's plan) and
 ``DIR/results.md`` (the same as tables, under the machine, the date, torch's and CUDA's versions and
-the command), rewritten after every part so that a run cut short
-still leaves what it measured. Parts (each independent: one that raises has its traceback recorded
+the command), rewritten after every part so that a run cut short still leaves what it measured.
+``make gpu-check OUT=benchmarks/gpu`` stores a run where chapter 14 shows it (``zero_ref.kernels.gpu_results``).
+Parts (each independent: one that raises has its traceback recorded
 and the others still run; each has a time budget it checks between measurements):
 
 ===================  =======================================================================
@@ -16,7 +17,7 @@ and the others still run; each has a time budget it checks between measurements)
 ``adam_throughput``  Adam steps of the extension, numba.cuda and torch's fused / foreach AdamW,
                      16M–1024M parameters (M = 2**20) in 1 and 100 tensors, as GB/s (28 bytes
                      per fp32 parameter) against a device-to-device copy timed in the same run
-``stages``           ZeRO stages 0–3 on NCCL (1 rank in this process; more with more GPUs)
+``stages``           ZeRO stages 0–3 on NCCL (1 rank in this process, then every GPU if more than one)
                      against single-process AdamW, and their memory against ``zero_ref.memory``
 ``offload``          ZeRO-Offload's bytes over the host link against ``pcie_bytes_per_step``,
                      and its copy times against the simulator's link model (``sim.cost``)
@@ -30,7 +31,9 @@ skipped and every check held, 1 when a part raised or a check did not hold, 3 at
 ``--dry-run`` is a structure check for a machine without a GPU: every part computes and records
 its plan, runs tiny sizes on the CPU where the code path allows (numba.cuda in Numba's CUDA
 simulator, the stages on gloo, activations with the math attention) and marks the rest skipped.
-No number of a dry run is a GPU measurement.
+No number of a dry run is a GPU measurement. ``--quick`` runs fewer sizes (``QUICK_*``: Adam at 16M
+and 256M, one link size, one activation shape, two extension checks). ``--fail-part PART`` makes that
+part raise right after recording its plan, to show on any machine that the other parts still run.
 
 Only torch, numpy, numba, the standard library and this repository are imported: the GPU machine
 has nothing else (no cloudpickle, so no ``zero_ref.launch``; ranks are spawned here).
@@ -979,7 +982,7 @@ def parse_parts(text: str) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True, dest="out_dir",
+    ap.add_argument("--out", type=Path, required=True, dest="out_dir", metavar="DIR",
                     help=f"folder for {RESULTS_JSON} and {RESULTS_MD} (made if missing)")
     ap.add_argument("--dry-run", action="store_true", help="the structure on the CPU, tiny sizes (no GPU needed)")
     ap.add_argument("--quick", action="store_true",
