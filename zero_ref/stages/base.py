@@ -172,7 +172,7 @@ class ZeroOptimizerBase:
         module.to(self.dtype) if self.precision != "fp32" else None
         buckets = make_buckets(params, bucket_size, self.world_size, self.rank)
         for b in buckets:
-            self._init_bucket(b, masters)
+            self.init_bucket(b, masters)
         if self.offload is not None:
             self.offload.attach(self, buckets)
         for b in buckets:
@@ -180,14 +180,14 @@ class ZeroOptimizerBase:
                 p.register_post_accumulate_grad_hook(self._make_hook(b, i))
         return buckets
 
-    def _master_shard(self, b: Bucket, masters: dict, full: bool) -> torch.Tensor:
+    def master_shard(self, b: Bucket, masters: dict, full: bool) -> torch.Tensor:
         """The fp32 weights the optimizer updates: this rank's shard (or all of it, for stage 0)."""
         if not masters:  # fp32 training: the flat parameter buffer is its own master
             return b.flat_param if full else b.shard(b.flat_param)
         flat = b.layout.flatten([masters[id(p)] for p in b.params])
         return flat if full else b.shard(flat).clone()  # keep only our shard alive
 
-    def _init_bucket(self, b: Bucket, masters: dict) -> None:
+    def init_bucket(self, b: Bucket, masters: dict) -> None:
         raise NotImplementedError
 
     def _make_hook(self, b: Bucket, i: int):
@@ -195,7 +195,7 @@ class ZeroOptimizerBase:
             if not self._reducing:
                 return
             b.ready.add(i)
-            self._on_grad_ready(b, i, param)
+            self.on_grad_ready(b, i, param)
             self._launch_ready()
         return hook
 
@@ -208,14 +208,14 @@ class ZeroOptimizerBase:
         """True while the current (next) backward is the last micro-step before an optimizer step."""
         return (self.micro_steps + 1) % self.gas == 0
 
-    def _reduces_this_micro_step(self) -> bool:
+    def reduces_this_micro_step(self) -> bool:
         return self.is_gradient_accumulation_boundary()
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of ``loss`` / GAS (times the loss scale), reducing gradients when due."""
         if loss.dim() != 0:
             raise ValueError(f"backward expects a scalar loss, got shape {tuple(loss.shape)}")
-        self._reducing = self._reduces_this_micro_step()
+        self._reducing = self.reduces_this_micro_step()
         for b in self.buckets:
             b.ready.clear()
             b.launched = False
@@ -226,7 +226,7 @@ class ZeroOptimizerBase:
                 self._wait_all()
         finally:
             self._reducing = False
-            self._after_backward()
+            self.after_backward()
         self.micro_steps += 1
 
     def accumulate(self, loss: torch.Tensor) -> None:
@@ -241,9 +241,9 @@ class ZeroOptimizerBase:
         try:
             (loss * (self.loss_scale / self.gas)).backward()
         finally:
-            self._after_backward()
+            self.after_backward()
 
-    def _after_backward(self) -> None:
+    def after_backward(self) -> None:
         """Called after every backward, even a failed one (ZeRO-3 releases gathered parameters here)."""
 
     _reducing = False
@@ -256,7 +256,7 @@ class ZeroOptimizerBase:
             if not flush and len(b.ready) < len(b.params):
                 return  # (without overlap_comm the collective below blocks, inside backward)
             b.launched = True
-            self._reduce_bucket(b)
+            self.reduce_bucket(b)
 
     MAX_IN_FLIGHT = 2  # reductions in flight: bounds the staging buffers alive during backward
 
@@ -277,10 +277,10 @@ class ZeroOptimizerBase:
             self._finish(work, callback)
         self._pending.clear()
 
-    def _on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
+    def on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
         """Called when parameter i of bucket b has its gradient for this backward."""
 
-    def _reduce_bucket(self, b: Bucket) -> None:
+    def reduce_bucket(self, b: Bucket) -> None:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- step
@@ -291,7 +291,7 @@ class ZeroOptimizerBase:
         fp16 overflow skipped it — on every rank alike)."""
         if self.micro_steps % self.gas != 0 or self.micro_steps == 0:
             return False
-        grads = self._grad_shards()  # fp32, this rank's part of every bucket
+        grads = self.grad_shards()  # fp32, this rank's part of every bucket
         inv_scale = 1.0 / self.loss_scale
         sq = torch.zeros(2, dtype=torch.float64, device=grads[0].device)  # [Σg², non-finite]
         for g in grads:
@@ -299,7 +299,7 @@ class ZeroOptimizerBase:
                 g.mul_(inv_scale)
             sq[0] += torch.linalg.vector_norm(g).double() ** 2  # one pass, no copy; inf/nan propagate
         sq[1] = float(not math.isfinite(sq[0].item()))
-        if self._grads_are_sharded():
+        if self.grads_are_sharded():
             sq = sq.to(self.buckets[0].flat_param.device)  # (from the host, with offload)
             comm.all_reduce(sq, group=self.group)  # global norm and overflow, the same on all ranks
         overflow = bool(sq[1] > 0) or not math.isfinite(sq[0].item())
@@ -308,7 +308,7 @@ class ZeroOptimizerBase:
         if overflow:
             self.skipped_steps += 1
             self.last_grad_norm = float("inf")
-            self._zero_grads()
+            self.clear_grads()
             return False
         norm = math.sqrt(sq[0].item())
         self.last_grad_norm = norm
@@ -323,15 +323,15 @@ class ZeroOptimizerBase:
             except BaseException:
                 if self.offload.nvme:  # the store kept the previous version: drop the step, so training
                     self.global_steps -= 1  # can go on from the previous state
-                    self._zero_grads()
+                    self.clear_grads()
                 raise
         else:
             for b, g in zip(self.buckets, grads):
                 for start, end, cfg in self.adam_runs(b):
                     adam_step_(b.master[start:end], g[start:end], b.exp_avg[start:end], b.exp_avg_sq[start:end],
                                self.global_steps, cfg)
-        self._publish_params()
-        self._zero_grads()
+        self.publish_params()
+        self.clear_grads()
         return True
 
     def adam_runs(self, b) -> list[tuple[int, int, AdamConfig]]:
@@ -339,13 +339,13 @@ class ZeroOptimizerBase:
         (a schedule may have changed its lr since the last step)."""
         return [(start, end, group_adam(self.param_groups[g], self.adam)) for start, end, g in b.adam_runs]
 
-    def _grads_are_sharded(self) -> bool:
+    def grads_are_sharded(self) -> bool:
         return True
 
-    def _grad_shards(self) -> list[torch.Tensor]:
+    def grad_shards(self) -> list[torch.Tensor]:
         raise NotImplementedError
 
-    def _publish_params(self) -> None:
+    def publish_params(self) -> None:
         """Write each updated shard into the flat parameters and all-gather them (stages 1–2)."""
         for b in self.buckets:
             mine = b.shard(b.flat_param)
@@ -354,7 +354,7 @@ class ZeroOptimizerBase:
             self._async(comm.all_gather(b.flat_param, mine, group=self.group, async_op=self.overlap_comm))
         self._wait_all()
 
-    def _zero_grads(self) -> None:
+    def clear_grads(self) -> None:
         raise NotImplementedError
 
     def zero_grad(self) -> None:

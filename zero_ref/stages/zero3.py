@@ -118,7 +118,7 @@ class ZeroStage3(ZeroStage2):
         self._trace, self._recording, self._pos, self._clock = [], True, 0, 0
         self._by_ptr: dict[int, Unit] = {}  # data_ptr of each gathered buffer -> its unit (for pack)
         self._entered: list[nn.Module] = []
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -166,7 +166,7 @@ class ZeroStage3(ZeroStage2):
                 u.part = u.part.to(self.dtype)
             module.to(self.dtype)  # buffers; the parameters are empty here
         for b in buckets:
-            self._init_bucket(b, masters)  # ZeRO-2's: gradient shard, master shard, Adam moments
+            self.init_bucket(b, masters)  # ZeRO-2's: gradient shard, master shard, Adam moments
         if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
             for u in self.units:
                 self.param_offload.adopt(u)
@@ -174,13 +174,13 @@ class ZeroStage3(ZeroStage2):
             self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
         for b in buckets:
             for i, p in enumerate(b.params):
-                p.register_hook(self._placeholder(p))
+                p.register_hook(self.placeholder(p))
                 p.register_post_accumulate_grad_hook(self._make_hook(b, i))
         for mod in self._own_units:
             mod.register_state_dict_pre_hook(self._check_gathered)
         for mod in module.modules():  # every module: one that holds nothing may still read another's parameter
-            mod.register_forward_pre_hook(self._pre_forward)
-            mod.register_forward_hook(self._post_forward, always_call=True)
+            mod.register_forward_pre_hook(self.pre_forward)
+            mod.register_forward_hook(self.post_forward, always_call=True)
             mod._parameters = _Parameters(self, mod._parameters)
         for u in self.units:
             if u.persistent:
@@ -200,32 +200,32 @@ class ZeroStage3(ZeroStage2):
                 old.gather()  # full values back into param.data, then partition them our way
         return Unit(name, params, self.group)
 
-    def _master_shard(self, b: Unit, masters: dict, full: bool) -> torch.Tensor:
+    def master_shard(self, b: Unit, masters: dict, full: bool) -> torch.Tensor:
         return masters.get(b.index, b.part)  # fp32: the partition is its own master
 
     # ---------------------------------------------------------------- gather / release
-    def _live_numel(self) -> int:
+    def live_numel(self) -> int:
         return sum(u.size for u in self.units if u.full is not None and not u.persistent)
 
-    def _fetch(self, u: Unit, op: int) -> None:
+    def fetch(self, u: Unit, op: int) -> None:
         if u.full is None:
             if op != PREFETCH:
-                while self._live_numel() + u.size > self.max_live:  # release the oldest units not in use
+                while self.live_numel() + u.size > self.max_live:  # release the oldest units not in use
                     idle = [v for v in self.units if v.full is not None and not v.persistent and v.hold == 0]
                     if not idle:
                         break
-                    self._release(min(idle, key=lambda v: v.age))
+                    self.release(min(idle, key=lambda v: v.age))
             self._agree(u, op)
             u.gather(async_op=op == PREFETCH)
             self._clock += 1
             u.age = self._clock
             self._by_ptr[u.full.untyped_storage().data_ptr()] = u
-            self.peak_live_numel = max(self.peak_live_numel, self._live_numel())
+            self.peak_live_numel = max(self.peak_live_numel, self.live_numel())
             self._log("prefetch" if op == PREFETCH else "gather", u)
         elif u.work is not None and op != PREFETCH:
             u.wait()
 
-    def _release(self, u: Unit) -> None:
+    def release(self, u: Unit) -> None:
         if u.full is not None and not u.persistent:
             self._by_ptr.pop(u.full.untyped_storage().data_ptr(), None)
             u.release()
@@ -233,7 +233,7 @@ class ZeroStage3(ZeroStage2):
 
     def _log(self, kind: str, u: Unit) -> None:
         if self.gather_log is not None:
-            self.gather_log.append(GatherEvent(kind, u.name, self._live_numel()))
+            self.gather_log.append(GatherEvent(kind, u.name, self.live_numel()))
 
     def _agree(self, u: Unit, op: int) -> None:
         """All ranks check that they are about to run the same collective on the same unit."""
@@ -254,7 +254,7 @@ class ZeroStage3(ZeroStage2):
                                "break this); otherwise their collectives would not match and training would hang.")
 
     # ---------------------------------------------------------------- trace and prefetch
-    def _event(self, u: Unit) -> None:
+    def on_use(self, u: Unit) -> None:
         """A use of ``u``: record it (first micro-step) or follow the trace and prefetch what comes next."""
         if self._recording:
             self._trace.append(u)
@@ -263,34 +263,34 @@ class ZeroStage3(ZeroStage2):
                 self._pos += 1
                 budget = self.prefetch_bucket_size
                 for v in self._trace[self._pos:]:
-                    if budget <= 0 or (v.full is None and self._live_numel() + v.size > self.max_live):
+                    if budget <= 0 or (v.full is None and self.live_numel() + v.size > self.max_live):
                         break
                     if v.full is None:
-                        self._fetch(v, PREFETCH)
+                        self.fetch(v, PREFETCH)
                         budget -= v.size
             else:
                 self._trace = None  # the order changed: stop prefetching, record again next step
 
     # ---------------------------------------------------------------- forward
-    def _pre_forward(self, mod: nn.Module, args) -> None:
+    def pre_forward(self, mod: nn.Module, args) -> None:
         for u in self._module_units.get(mod, ()):
             self._hold(u)
         self._saved_hooks.__enter__()
         self._entered.append(mod)
 
     def _hold(self, u: Unit) -> None:
-        self._fetch(u, FORWARD)
+        self.fetch(u, FORWARD)
         u.hold += 1
-        self._event(u)
+        self.on_use(u)
 
-    def _post_forward(self, mod: nn.Module, args, output) -> None:
+    def post_forward(self, mod: nn.Module, args, output) -> None:
         if self._entered and self._entered[-1] is mod:  # (not when the pre-hook raised)
             self._entered.pop()
             self._saved_hooks.__exit__(None, None, None)
             for u in self._module_units.get(mod, ()):
                 u.hold -= 1
                 if u.hold == 0:
-                    self._release(u)
+                    self.release(u)
 
     def _external(self, p: nn.Parameter) -> None:
         """A forward read ``p`` (``module.weight``): if its unit is not gathered, the innermost running module
@@ -303,10 +303,10 @@ class ZeroStage3(ZeroStage2):
             units.append(u)
             self._hold(u)
         else:  # prefetched for this module and not yet waited on
-            self._fetch(u, FORWARD)
+            self.fetch(u, FORWARD)
 
     # ---------------------------------------------------------------- backward
-    def _pack(self, t: torch.Tensor):
+    def pack(self, t: torch.Tensor):
         ptr = t.untyped_storage().data_ptr()
         u = self._by_ptr.get(ptr)
         if u is None or u.full is None or u.full.untyped_storage().data_ptr() != ptr:
@@ -314,41 +314,41 @@ class ZeroStage3(ZeroStage2):
         u.pending += 1
         return _Saved(u, t.size(), t.stride(), t.storage_offset())
 
-    def _unpack(self, saved):
+    def unpack(self, saved):
         if not isinstance(saved, _Saved):
             return saved
         u = saved.unit
-        self._fetch(u, BACKWARD)
+        self.fetch(u, BACKWARD)
         if not u.in_backward:
             u.in_backward = True
-            self._event(u)
+            self.on_use(u)
         t = u.full.as_strided(saved.size, saved.stride, saved.offset)
         u.pending -= 1
         if u.pending <= 0 and u.hold == 0:
             u.in_backward = False
-            self._release(u)  # autograd holds `t` (and so the memory) until this node is done
+            self.release(u)  # autograd holds `t` (and so the memory) until this node is done
         return t
 
-    def _placeholder(self, p: nn.Parameter):
+    def placeholder(self, p: nn.Parameter):
         def hook(grad: torch.Tensor) -> None:
             if p.data.shape != grad.shape:  # released; AccumulateGrad needs the shape, never the values
                 p.data = grad.new_empty(1).expand(grad.shape)
         return hook
 
-    def _on_grad_ready(self, b: Unit, i: int, param: torch.Tensor) -> None:
-        super()._on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
+    def on_grad_ready(self, b: Unit, i: int, param: torch.Tensor) -> None:
+        super().on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
         if b.full is None or b.work is not None:
             param.data = b.flat_param.new_empty(0)  # drop the placeholder
 
-    def _reduce_bucket(self, b: Unit) -> None:
+    def reduce_bucket(self, b: Unit) -> None:
         self._agree(b, REDUCE)
-        super()._reduce_bucket(b)
+        super().reduce_bucket(b)
 
-    def _after_backward(self) -> None:
+    def after_backward(self) -> None:
         for u in self.units:  # gathered but never unpacked (unused branch, unused prefetch)
             u.pending, u.in_backward = 0, False
             if u.hold == 0:
-                self._release(u)
+                self.release(u)
         if self._trace is None:
             self._trace, self._recording = [], True
         else:
@@ -368,7 +368,7 @@ class ZeroStage3(ZeroStage2):
                                  if t is not None and t is not b.part]
         return out
 
-    def _publish_params(self) -> None:
+    def publish_params(self) -> None:
         for b in self.buckets:
             if self.offload is None and b.master is not b.part:
                 b.part.copy_(b.master)  # mixed precision: cast the fp32 master down
