@@ -451,22 +451,22 @@ def helper_failure_run(rank, world, root):
     backward(0)
     opt.step()
     backward(1)
-    grads = [b.grad_shard.clone() for b in opt.buckets]
+    grads = [b.partition.grad.clone() for b in opt.buckets]
     result = {}
     opt.offload.store.fail_after = 1
     try:
-        opt.offload.step(opt, [b.grad_shard for b in opt.buckets])
+        opt.offload.step(opt, [b.partition.grad for b in opt.buckets])
     except SwapError as e:
         result["helper"] = str(e)
     result["helper_left_steps"] = opt.global_steps
-    result["helper_left_grads"] = all(torch.equal(b.grad_shard, g) for b, g in zip(opt.buckets, grads))
+    result["helper_left_grads"] = all(torch.equal(b.partition.grad, g) for b, g in zip(opt.buckets, grads))
     opt.offload.store.fail_after = 1
     try:
         opt.step()
     except SwapError as e:
         result["stage"] = str(e)
     result["stage_left_steps"] = opt.global_steps
-    result["stage_zeroed_grads"] = all(not b.grad_shard.any() for b in opt.buckets)
+    result["stage_zeroed_grads"] = all(not b.partition.grad.any() for b in opt.buckets)
     return result
 
 

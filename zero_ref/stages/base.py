@@ -15,9 +15,31 @@ padded buffer (``FlatLayout``) that the parameters' ``.data`` view into; rank r 
 every bucket. Collectives are issued bucket by bucket in a fixed order, so every rank issues the
 same sequence even if its gradients become ready in a different order.
 
+What rank r owns of a bucket (fp32 master, both Adam moments, the reduced gradient shard, and
+their range of the flat buffer) is one object, ``bucket.partition`` (``zero_ref.stages.partition``).
 ZeRO-Offload and ZeRO-Infinity (``offload_optimizer``, ``offload_param``: DeepSpeed's config sections)
-keep the optimizer's shard on the host or on NVMe: that code is in zero_ref/offload/, and the stages
+decide only where its tensors live, the host or NVMe: that code is in zero_ref/offload/, and the stages
 call it at the few places marked "offload".
+
+The accumulation rule in one sentence (nanoGPT's ``require_backward_grad_sync``): gradients are
+reduced only in the backward of the last micro-step before a step, unless the stage keeps no full
+gradient to accumulate into (stages 2–3 reduce every micro-step).
+
+A stage is this class plus a few of its extension points, each a method a subclass overrides:
+
+    extension point           called                            ddp  z1  z2  z3
+    init_bucket(b, masters)   once per bucket, at set-up         ✓    ✓   ✓   (z2's)
+    on_grad_ready(b, i, p)    when parameter i's gradient is in  -    -   ✓   ✓
+    reduce_bucket(b)          once b's gradients are all in      ✓    ✓   ✓   ✓
+    reduces_this_micro_step() at each backward                   -    -   ✓   (z2's)
+    after_backward()          after every backward, even failed  -    -   -   ✓
+    grads_are_sharded()       in step: norm needs a collective?  ✓    -   -   -
+    grad_shards()             in step: the gradients Adam reads  ✓    ✓   ✓   (z2's)
+    master_shard(b, ...)      in init_bucket: the fp32 weights   -    -   -   ✓
+    publish_params()          after Adam: parameters everywhere  ✓    -   -   ✓
+    clear_grads()             after a step or a skipped one      ✓    ✓   ✓   (z2's)
+
+(✓: the stage defines its own; -: the base's default; (z2's): inherited from ZeRO-2.)
 """
 from __future__ import annotations
 
@@ -29,6 +51,7 @@ import torch.nn as nn
 
 from zero_ref import comm, offload
 from zero_ref.stages.flat import FlatLayout
+from zero_ref.stages.partition import Partition
 from zero_ref.optim import AdamConfig, adam_step_
 from zero_ref.precision import PRECISIONS as DTYPES
 
@@ -44,6 +67,9 @@ class Bucket:
             p.data = view  # the module now computes with views into the flat buffer
         self.ready: set[int] = set()  # indices of params whose gradient arrived this backward
         self.launched = False
+        self.partition: Partition | None = None  # what this rank owns of it (the stage's init_bucket)
+        self.flat_grad: torch.Tensor | None = None  # stages 0-1: the full gradient buffer, param.grad views into it
+        self.staging: torch.Tensor | None = None  # stage 2: this backward's gradients, until reduced
 
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         return self.layout.shard(flat, self.rank)
@@ -122,6 +148,8 @@ class ZeroOptimizerBase:
     """Shared machinery; subclasses decide what is sharded and when gradients are reduced."""
 
     stage = -1
+    MAX_IN_FLIGHT = 2  # reductions in flight: bounds the staging buffers alive during backward
+    _reducing = False  # inside a backward that reduces (the gradient hooks act only then)
 
     def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32",
                  group=None, reduce_bucket_size: int = int(5e8), overlap_comm: bool = True,
@@ -169,7 +197,8 @@ class ZeroOptimizerBase:
             raise ValueError("the module has no parameters with requires_grad=True")
         # Master weights in fp32 come from the module's values before they are cast down.
         masters = {id(p): p.detach().float().clone() for p in params} if self.precision != "fp32" else {}
-        module.to(self.dtype) if self.precision != "fp32" else None
+        if self.precision != "fp32":
+            module.to(self.dtype)
         buckets = make_buckets(params, bucket_size, self.world_size, self.rank)
         for b in buckets:
             self.init_bucket(b, masters)
@@ -188,7 +217,22 @@ class ZeroOptimizerBase:
         return flat if full else b.shard(flat).clone()  # keep only our shard alive
 
     def init_bucket(self, b: Bucket, masters: dict) -> None:
+        """Give ``b`` what this stage keeps of it: ``b.partition`` and any gradient buffer."""
         raise NotImplementedError
+
+    def new_partition(self, b: Bucket, master: torch.Tensor, grad: bool) -> Partition:
+        """This rank's ``Partition`` of ``b`` around ``master``: zeroed Adam moments and, if ``grad``, a zeroed
+        gradient shard. With offload the offload decides where it lives (on the host, fp32 gradient included)."""
+        start, end = (0, b.layout.padded_numel) if self.stage == 0 else b.layout.shard_range(self.rank)
+        part = Partition(start, end, master, exp_avg=None, exp_avg_sq=None, grad=None)
+        if self.offload is not None:
+            self.offload.place(part)  # on the host
+            return part
+        part.exp_avg = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
+        part.exp_avg_sq = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
+        if grad:
+            part.grad = torch.zeros(part.numel, dtype=self.dtype, device=master.device)
+        return part
 
     def _make_hook(self, b: Bucket, i: int):
         def hook(param: torch.Tensor) -> None:
@@ -246,8 +290,6 @@ class ZeroOptimizerBase:
     def after_backward(self) -> None:
         """Called after every backward, even a failed one (ZeRO-3 releases gathered parameters here)."""
 
-    _reducing = False
-
     def _launch_ready(self, flush: bool = False) -> None:
         """Issue reductions in bucket order: bucket k only after buckets 0..k-1 (same order on every rank)."""
         for b in self.buckets:
@@ -257,8 +299,6 @@ class ZeroOptimizerBase:
                 return  # (without overlap_comm the collective below blocks, inside backward)
             b.launched = True
             self.reduce_bucket(b)
-
-    MAX_IN_FLIGHT = 2  # reductions in flight: bounds the staging buffers alive during backward
 
     def _async(self, work, callback=None) -> None:
         self._pending.append((work, callback))
@@ -281,6 +321,8 @@ class ZeroOptimizerBase:
         """Called when parameter i of bucket b has its gradient for this backward."""
 
     def reduce_bucket(self, b: Bucket) -> None:
+        """Issue ``b``'s collective (in bucket order: ``_launch_ready`` calls it); ``self._async(work, then)``
+        keeps it in flight and runs ``then`` once it is done."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- step
@@ -327,9 +369,10 @@ class ZeroOptimizerBase:
                 raise
         else:
             for b, g in zip(self.buckets, grads):
+                part = b.partition
                 for start, end, cfg in self.adam_runs(b):
-                    adam_step_(b.master[start:end], g[start:end], b.exp_avg[start:end], b.exp_avg_sq[start:end],
-                               self.global_steps, cfg)
+                    adam_step_(part.master[start:end], g[start:end], part.exp_avg[start:end],
+                               part.exp_avg_sq[start:end], self.global_steps, cfg)
         self.publish_params()
         self.clear_grads()
         return True
@@ -343,18 +386,30 @@ class ZeroOptimizerBase:
         return True
 
     def grad_shards(self) -> list[torch.Tensor]:
+        """fp32, this rank's part of every bucket's gradient, averaged over ranks (Adam reads these)."""
         raise NotImplementedError
+
+    def averaged(self, grad_sum: torch.Tensor) -> torch.Tensor:
+        """The mean over ranks of a summed gradient, in fp32. Ranks reduce with "sum" (gloo has no AVG) and
+        divide once here. ``.float()`` is the tensor itself in fp32 and a copy otherwise: dividing it in place
+        is safe, as gradients are cleared after the step."""
+        return grad_sum.float().mul_(1.0 / self.world_size)
+
+    def write_param_shard(self, b: Bucket, values: torch.Tensor) -> None:
+        """Offload: updated values (on the host) into this rank's shard of ``b``'s device parameters."""
+        self.offload.link.to_device(b.shard(b.flat_param), values)
 
     def publish_params(self) -> None:
         """Write each updated shard into the flat parameters and all-gather them (stages 1–2)."""
         for b in self.buckets:
             mine = b.shard(b.flat_param)
-            if self.offload is None and b.master.data_ptr() != mine.data_ptr():  # mixed precision: cast down
-                mine.copy_(b.master)
+            if self.offload is None and b.partition.master.data_ptr() != mine.data_ptr():  # mixed precision
+                mine.copy_(b.partition.master)  # cast down
             self._async(comm.all_gather(b.flat_param, mine, group=self.group, async_op=self.overlap_comm))
         self._wait_all()
 
     def clear_grads(self) -> None:
+        """Zero the gradients kept between micro-steps (after a step, or a step skipped on overflow)."""
         raise NotImplementedError
 
     def zero_grad(self) -> None:
@@ -366,8 +421,8 @@ class ZeroOptimizerBase:
         for b in self.buckets:
             out["params"].append(b.flat_param)
             # stage 2: the partition; stages 0-1: the full buffer (+ the host partition, with offload)
-            out["grads"] += [g for g in (getattr(b, "flat_grad", None), getattr(b, "grad_shard", None)) if g is not None]
-            out["optimizer"] += [b.exp_avg, b.exp_avg_sq]
-            if b.master.untyped_storage().data_ptr() != b.flat_param.untyped_storage().data_ptr():
-                out["optimizer"].append(b.master)  # a separate fp32 master copy (mixed precision)
+            out["grads"] += [g for g in (b.flat_grad, b.partition.grad) if g is not None]
+            shared = b.flat_param.untyped_storage().data_ptr()  # fp32 training: the master is the parameters
+            out["optimizer"] += [t for t in b.partition.optimizer_tensors()
+                                 if t.untyped_storage().data_ptr() != shared]
         return out
