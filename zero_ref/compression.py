@@ -50,7 +50,7 @@ class CompressedDataParallel(DataParallel):
         super().__init__(module, **kwargs)
 
     def reduce_bucket(self, b) -> None:
-        (self.hook if self.global_steps >= self.start_step else allreduce_hook)(b, self.group)
+        (self.hook if self.adam_steps >= self.start_step else allreduce_hook)(b, self.group)
 
     def grad_shards(self) -> list[torch.Tensor]:
         return [b.flat_grad.float() for b in self.buckets]  # the hook already averaged

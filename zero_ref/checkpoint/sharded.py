@@ -238,8 +238,8 @@ def _save_model_states(engine, path: str, client_state, sched) -> None:
                  "adamw": adam.adamw},
         "param_group_lrs": [[g["lr"] for g in h.param_groups] for h in _lr_holders(engine)],
         "param_groups": [{k: g[k] for k in HYPER} for g in opt.param_groups],  # each group's own values
-        "optimizer_steps": opt.global_steps, "optimizer_skipped_steps": opt.skipped_steps,
-        "global_steps": getattr(engine, "global_steps", opt.global_steps),
+        "optimizer_steps": opt.adam_steps, "optimizer_skipped_steps": opt.skipped_steps,
+        "global_steps": getattr(engine, "global_steps", opt.adam_steps),
         "engine": {k: getattr(engine, k) for k in ("global_samples", "skipped_steps") if hasattr(engine, k)},
     }, path)
 
@@ -270,7 +270,7 @@ def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
     except PackageNotFoundError:
         ver = "unknown"
     meta = {"format": FORMAT, "zero_ref_version": ver, "stage": opt.stage, "world_size": world,
-            "precision": opt.precision, "global_steps": getattr(engine, "global_steps", opt.global_steps),
+            "precision": opt.precision, "global_steps": getattr(engine, "global_steps", opt.adam_steps),
             "params": params, "state_dict_keys": _state_keys(module),
             "aliases": {n: names[id(p)] for n, p in module.named_parameters(remove_duplicate=False) if names[id(p)] != n},
             "index": {"optim": optim_index, "param": param_index}, "file_bytes": sizes}
@@ -367,7 +367,7 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
             setattr(opt.adam, k, tuple(v) if k == "betas" else v)
         for group, values in zip(opt.param_groups, states.get("param_groups", [])):
             group.update({k: tuple(v) if k == "betas" else v for k, v in values.items()})
-        opt.global_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
+        opt.adam_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
         if opt.loss_scaler is not None and states["loss_scaler"] is not None:
             opt.loss_scaler.load_state_dict(states["loss_scaler"])
         if meta["world_size"] == opt.world_size:  # each rank's random stream (dropout) continues

@@ -125,7 +125,7 @@ class OptimizerOffload:
         only after every file of the version is complete, so a failed write raises ``SwapError`` and
         leaves parameters, states and files at the previous step; ``opt``'s own fields (its step
         counter, its gradients) are left for its ``step`` to roll back."""
-        step = opt.global_steps
+        step = opt.adam_steps
 
         def adam(views) -> None:  # (param, grad, exp_avg, exp_avg_sq, start, end, cfg) spans: a call per group
             by_group: dict[tuple, list] = {}

@@ -176,7 +176,8 @@ class ZeroOptimizerBase:
         self.clip = gradient_clipping
         self.loss_scaler = loss_scaler
         self.micro_steps = 0   # backward calls so far
-        self.global_steps = 0  # optimizer steps applied
+        self.adam_steps = 0  # Adam steps applied: the bias-correction step (an fp16-skipped step is not one;
+        # the engine's global_steps counts it, as DeepSpeed's does)
         self.skipped_steps = 0
         self.last_grad_norm: float | None = None
         self._pending: list = []  # (work handle, callback) of collectives in flight
@@ -358,13 +359,13 @@ class ZeroOptimizerBase:
             coef = min(self.clip / (norm + 1e-6), 1.0)
             for g in grads:
                 g.mul_(coef)
-        self.global_steps += 1
+        self.adam_steps += 1
         if self.offload is not None:  # on the host; writes the updated shards back (zero_ref.offload)
             try:
                 self.offload.step(self, grads)
             except BaseException:
                 if self.offload.nvme:  # the store kept the previous version: drop the step, so training
-                    self.global_steps -= 1  # can go on from the previous state
+                    self.adam_steps -= 1  # can go on from the previous state
                     self.clear_grads()
                 raise
         else:
@@ -372,7 +373,7 @@ class ZeroOptimizerBase:
                 part = b.partition
                 for start, end, cfg in self.adam_runs(b):
                     adam_step_(part.master[start:end], g[start:end], part.exp_avg[start:end],
-                               part.exp_avg_sq[start:end], self.global_steps, cfg)
+                               part.exp_avg_sq[start:end], self.adam_steps, cfg)
         self.publish_params()
         self.clear_grads()
         return True
