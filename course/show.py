@@ -1,10 +1,10 @@
 """Print the library's own code in a notebook: the one way chapters show source.
 
-    show(ZeroStage3._fetch)                          # a function or method, as written (indentation kept)
+    show(ZeroStage3.fetch)                           # a function or method, as written (indentation kept)
     show(S.FP16Config)                               # a class; a property shows its getter
     show(OptimizerOffload.step, docstring=False)     # without the docstring
     show(OptimizerOffload.step, until="grad_of =")   # from the top up to, not including, that line
-    show(ZeroOptimizerBase.step, start="for b, g in zip", until="self._publish_params()")
+    show(ZeroOptimizerBase.step, start="for b, g in zip", until="self.publish_params()")
     text = source(numba_cuda.adam_kernel)            # the same text as a string (numba: its Python function)
 
 ``start`` names the first line shown and must occur on exactly one line; ``until`` names the first line

@@ -9,7 +9,6 @@ touches the reference in notebooks/.
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,18 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from _helpers import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHAPTER = "ch01_course_map.ipynb"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is installed by requirements-dev.txt")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, deadline: float) -> None:

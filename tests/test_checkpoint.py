@@ -89,13 +89,14 @@ def full_state(e):
     params = opt.state_dict() if opt.stage == 3 else dict(e.module.state_dict())
     masters = {}
     for b in opt.buckets:
-        if b.master is None:  # NVMe: fp32 training, so the parameters are the masters
+        master = b.partition.master
+        if master is None:  # NVMe: fp32 training, so the parameters are the masters
             masters.update({names[id(p)]: params[names[id(p)]].float() for p in b.params})
             continue
-        flat = b.master.float()
+        flat = master.float()
         if opt.stage > 0 and opt.world_size > 1:
             flat = torch.empty(b.layout.padded_numel)
-            comm.all_gather(flat, b.master.float(), group=opt.group)
+            comm.all_gather(flat, master.float(), group=opt.group)
         masters.update({names[id(p)]: t.clone() for p, t in zip(b.params, b.layout.unflatten(flat))})
     return {k: v.detach().float().clone() for k, v in params.items()}, masters
 

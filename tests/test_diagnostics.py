@@ -222,7 +222,7 @@ def normal_path(rank, world):
             for step in range(2):
                 opt.backward(model(*micro_batch(step, 0, rank, world, 1))[1])
                 opt.step()
-        return [u.part.clone() for u in opt.units]
+        return [u.unit.part.clone() for u in opt.units]
 
     same = all(torch.equal(a, b) for a, b in zip(train(False), train(True)))
 

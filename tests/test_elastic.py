@@ -4,7 +4,6 @@ for bit; two torchrun "nodes" (c10d rendezvous over loopback) run the same lab t
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,17 +13,13 @@ import torch
 
 from zero_ref.checkpoint.format import get_fp32_state_dict_from_zero_checkpoint
 
+from _helpers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 LAB = ["-m", "course.labs.elastic", "--steps", "8", "--save-every", "2"]
 pytestmark = pytest.mark.slow  # torchrun jobs
 TIMEOUT = 240  # s, generous for a loaded 2-core machine; an idle one needs ~10 s per run
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_all(commands: list[list[str]], env_extra: dict | None = None) -> list[subprocess.CompletedProcess]:

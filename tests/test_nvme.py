@@ -413,7 +413,7 @@ def failing_run(rank, world, roots, mode, full_root):
                                if k == "state" else
                                all(torch.equal(x, y) for x, y in zip(before[k], after[k])) if k == "states" else
                                before[k] == after[k]) for k in before}
-    result["global_steps"] = opt.global_steps
+    result["adam_steps"] = opt.adam_steps
     result["written_before_failure"] = j
     train_step(model, opt, 2)  # training goes on from the previous state
     result["final"] = opt.state_dict()
@@ -430,7 +430,7 @@ def check_failure(results, mode):
         assert ("File too large" if mode == "fsize" else "No space left on device") in r["raised"]
         assert r["written_before_failure"] >= 1  # the failure really came mid-step, after some sub-groups
         assert r["unchanged"] == {"state": True, "states": True, "manifest": True, "files": True}
-        assert r["global_steps"] == 1
+        assert r["adam_steps"] == 1
         assert all(torch.equal(r["final"][k], r["reference"][k]) for k in r["reference"])  # the failed step left no trace
 
 
@@ -451,22 +451,22 @@ def helper_failure_run(rank, world, root):
     backward(0)
     opt.step()
     backward(1)
-    grads = [b.grad_shard.clone() for b in opt.buckets]
+    grads = [b.partition.grad.clone() for b in opt.buckets]
     result = {}
     opt.offload.store.fail_after = 1
     try:
-        opt.offload.step(opt, [b.grad_shard for b in opt.buckets])
+        opt.offload.step(opt, [b.partition.grad for b in opt.buckets])
     except SwapError as e:
         result["helper"] = str(e)
-    result["helper_left_steps"] = opt.global_steps
-    result["helper_left_grads"] = all(torch.equal(b.grad_shard, g) for b, g in zip(opt.buckets, grads))
+    result["helper_left_steps"] = opt.adam_steps
+    result["helper_left_grads"] = all(torch.equal(b.partition.grad, g) for b, g in zip(opt.buckets, grads))
     opt.offload.store.fail_after = 1
     try:
         opt.step()
     except SwapError as e:
         result["stage"] = str(e)
-    result["stage_left_steps"] = opt.global_steps
-    result["stage_zeroed_grads"] = all(not b.grad_shard.any() for b in opt.buckets)
+    result["stage_left_steps"] = opt.adam_steps
+    result["stage_zeroed_grads"] = all(not b.partition.grad.any() for b in opt.buckets)
     return result
 
 

@@ -208,7 +208,7 @@ def cuda_offload_run(rank, world, stage, off):
         opt.backward(loss)
         opt.step()
     torch.cuda.synchronize()
-    host = [b.master for b in opt.buckets] if off else []
+    host = [b.partition.master for b in opt.buckets] if off else []
     return ({k: v.float().cpu() for k, v in model.state_dict().items()},
             all(t.device.type == "cpu" and t.is_pinned() for t in host))
 

@@ -43,7 +43,7 @@ def test_an_excerpt_runs_from_the_start_line_up_to_the_until_line():
 
 def test_an_excerpt_drops_the_blank_lines_before_the_cut_and_the_docstring_goes_first():
     text = source(OptimizerOffload.step, until="grad_of =", docstring=False)
-    assert text.startswith("    def step(self, opt, grads: list[torch.Tensor]) -> None:\n        step = opt.global_steps\n")
+    assert text.startswith("    def step(self, opt, grads: list[torch.Tensor]) -> None:\n        step = opt.adam_steps\n")
     assert text.endswith("            return\n") and '"""' not in text and "grad_of" not in text
 
 

@@ -52,11 +52,11 @@ def run_configs(rank, world):
         model = build_model()
         opt = ZeroStage3(model, adam=ADAM, **{**ALL_PARTITIONED, **kw})
         records = train(rank, world, model, opt, gas=kw.get("gradient_accumulation_steps", 1))
-        units, part = opt.units, [u.part for u in opt.units]
+        units, part = opt.units, [u.unit.part for u in opt.units]
         assert all(p.grad is None and (p.numel() == 0) != u.persistent for u in units for p in u.params)
         memory = {"params": unique_storage_bytes(part + [p.data for p in model.parameters()]),
-                  "grads": unique_storage_bytes([b.grad_shard for b in opt.buckets]),
-                  "optimizer": unique_storage_bytes([t for b in opt.buckets for t in (b.master, b.exp_avg, b.exp_avg_sq)],
+                  "grads": unique_storage_bytes([b.partition.grad for b in opt.buckets]),
+                  "optimizer": unique_storage_bytes([t for b in opt.buckets for t in b.partition.optimizer_tensors()],
                                                     exclude=part)}
         layout = [dict(name=u.name, numel=u.numel, shard=u.layout.shard_numel, size=u.size, persistent=u.persistent,
                        trainable=u.params[0].requires_grad) for u in units]
@@ -219,9 +219,9 @@ def run_init(rank, world):
             model.ln_f.weight.fill_(2.5 if rank == 1 else -7.0)
         with GatheredParameters(model.ln_f.parameters()):
             model.ln_f.weight.fill_(9.0)  # discarded
-    unit = model.ln_f.weight._z3_unit
+    unit = next(u for u in opt.units if u.unit is model.ln_f.weight._z3_unit)  # the stage's record of it
     mine = [pc for pc in unit.layout.pieces(rank) if pc.index == 0]
-    out["master"] = [unit.master[pc.shard_start:pc.shard_start + pc.numel].tolist() for pc in mine]
+    out["master"] = [unit.partition.master[pc.shard_start:pc.shard_start + pc.numel].tolist() for pc in mine]
     out["edited"] = opt.state_dict()["ln_f.weight"].float().tolist()
 
     # Mixed precision: the same values as ZeRO-2, bit for bit (16-bit compute and reduce-scatter, fp32 masters).

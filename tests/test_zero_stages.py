@@ -150,7 +150,7 @@ def overflow_run(rank, world, stage):
         opt.backward(loss)
         applied = opt.step()
         after = torch.cat([p.detach().float().flatten() for p in model.parameters()])
-        trace.append((applied, bool(torch.equal(before, after)), scaler.cur_scale, opt.global_steps))
+        trace.append((applied, bool(torch.equal(before, after)), scaler.cur_scale, opt.adam_steps))
     return trace
 
 

@@ -49,10 +49,10 @@ class CompressedDataParallel(DataParallel):
         self.hook, self.start_step = hook, start_step
         super().__init__(module, **kwargs)
 
-    def _reduce_bucket(self, b) -> None:
-        (self.hook if self.global_steps >= self.start_step else allreduce_hook)(b, self.group)
+    def reduce_bucket(self, b) -> None:
+        (self.hook if self.adam_steps >= self.start_step else allreduce_hook)(b, self.group)
 
-    def _grad_shards(self) -> list[torch.Tensor]:
+    def grad_shards(self) -> list[torch.Tensor]:
         return [b.flat_grad.float() for b in self.buckets]  # the hook already averaged
 
 

@@ -66,7 +66,7 @@ def _read_states(opt) -> list[list[torch.Tensor]]:
     """[master, exp_avg, exp_avg_sq] of every bucket: the live tensors, or copies read from NVMe."""
     off = opt.offload
     if off is None or not off.nvme:
-        return [[b.master, b.exp_avg, b.exp_avg_sq] for b in opt.buckets]
+        return [[b.partition.master, b.partition.exp_avg, b.partition.exp_avg_sq] for b in opt.buckets]
     where = {}
     for i, group in enumerate(off.sub_groups):
         buf = torch.empty(3 * off.swapper.numels[i])
@@ -158,7 +158,7 @@ def _shard_files(opt, names: dict) -> dict[str, dict]:
     if opt.stage == 3:
         pieces = {}
         for u in opt.units:
-            part = u.device_part()
+            part = u.unit.device_part()
             for pc in u.layout.pieces(rank):
                 pieces[names[id(u.params[pc.index])]] = {
                     "start": pc.param_start, "param": _copy(part[pc.shard_start:pc.shard_start + pc.numel])}
@@ -238,8 +238,8 @@ def _save_model_states(engine, path: str, client_state, sched) -> None:
                  "adamw": adam.adamw},
         "param_group_lrs": [[g["lr"] for g in h.param_groups] for h in _lr_holders(engine)],
         "param_groups": [{k: g[k] for k in HYPER} for g in opt.param_groups],  # each group's own values
-        "optimizer_steps": opt.global_steps, "optimizer_skipped_steps": opt.skipped_steps,
-        "global_steps": getattr(engine, "global_steps", opt.global_steps),
+        "optimizer_steps": opt.adam_steps, "optimizer_skipped_steps": opt.skipped_steps,
+        "global_steps": getattr(engine, "global_steps", opt.adam_steps),
         "engine": {k: getattr(engine, k) for k in ("global_samples", "skipped_steps") if hasattr(engine, k)},
     }, path)
 
@@ -270,7 +270,7 @@ def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
     except PackageNotFoundError:
         ver = "unknown"
     meta = {"format": FORMAT, "zero_ref_version": ver, "stage": opt.stage, "world_size": world,
-            "precision": opt.precision, "global_steps": getattr(engine, "global_steps", opt.global_steps),
+            "precision": opt.precision, "global_steps": getattr(engine, "global_steps", opt.adam_steps),
             "params": params, "state_dict_keys": _state_keys(module),
             "aliases": {n: names[id(p)] for n, p in module.named_parameters(remove_duplicate=False) if names[id(p)] != n},
             "index": {"optim": optim_index, "param": param_index}, "file_bytes": sizes}
@@ -335,7 +335,7 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
                               "(or load with load_optimizer_states=False)")
     with torch.no_grad():
         if opt.stage == 3:
-            for u in opt.units:
+            for u in (s.unit for s in opt.units):
                 part = torch.empty(u.layout.shard_numel, dtype=u.part.dtype).zero_()
                 for pc in u.layout.pieces(rank):
                     part[pc.shard_start:pc.shard_start + pc.numel] = \
@@ -358,7 +358,7 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
                     for k, t in zip(STATES, st):
                         t[at:at + hi - lo] = reader.read(name, k, lo, hi)
             else:  # fresh moments stay; the master weights follow the loaded parameters
-                src = b.device_part() if opt.stage == 3 else b.flat_param if opt.stage == 0 else b.shard(b.flat_param)
+                src = b.unit.device_part() if opt.stage == 3 else b.flat_param if opt.stage == 0 else b.shard(b.flat_param)
                 if st[0].data_ptr() != src.data_ptr():
                     st[0].copy_(src)
         _write_states(opt, live)
@@ -367,7 +367,7 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
             setattr(opt.adam, k, tuple(v) if k == "betas" else v)
         for group, values in zip(opt.param_groups, states.get("param_groups", [])):
             group.update({k: tuple(v) if k == "betas" else v for k, v in values.items()})
-        opt.global_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
+        opt.adam_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
         if opt.loss_scaler is not None and states["loss_scaler"] is not None:
             opt.loss_scaler.load_state_dict(states["loss_scaler"])
         if meta["world_size"] == opt.world_size:  # each rank's random stream (dropout) continues

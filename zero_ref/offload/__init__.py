@@ -21,7 +21,7 @@ between uses; it is copied to the device just before the unit's all-gather. With
 (ZeRO-Infinity) the optimizer states (and the parameter partitions) live in files under
 ``nvme_path``, swapped in sub-groups of ``sub_group_size`` elements by ``offload/nvme.py``.
 
-The stages call the wing at five points (``adopt`` in ``_init_bucket``, ``attach`` after
+The stages call the wing at five points (``place`` in ``new_partition``, ``attach`` after
 the buckets exist, ``add_grad`` when a reduced gradient shard is ready, ``grad_partitions`` and
 ``step`` in ``ZeroOptimizerBase.step``); everything else about them is unchanged.
 

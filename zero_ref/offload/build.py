@@ -42,7 +42,7 @@ def tier_bytes(opt) -> dict[str, dict[str, int]]:
     if opt.offload is not None:
         host += opt.offload.host_tensors(opt.buckets)
     if getattr(opt, "param_offload", None) is not None:
-        host += opt.param_offload.host_tensors(opt.units)
+        host += opt.param_offload.host_tensors()
     host_keys = {storage_key(t) for t in host}
     out = {tier: dict.fromkeys(("params", "grads", "optimizer"), 0) for tier in ("gpu", "cpu", "nvme")}
     for category, tensors in opt.state_tensors().items():

@@ -8,12 +8,16 @@ live in files and are swapped in sub-groups (``nvme.py``). The wing's overview i
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
 import torch
 
 from zero_ref.config.schema import AioConfig, OffloadOptimizerConfig
 from zero_ref.offload.link import Link
 from zero_ref.optim import AdamConfig, adam_step_
+
+if TYPE_CHECKING:  # (the stages build partitions; this module only places their tensors)
+    from zero_ref.stages.partition import Partition
 
 CPU_ADAM = ("numba", "torch")
 
@@ -55,13 +59,13 @@ class OptimizerOffload:
         self.sub_groups: list[list] = []
 
     # -------------------------------------------------------- set-up
-    def adopt(self, b) -> None:
-        """Give bucket ``b`` a host fp32 master (a copy of ``b.master``), Adam moments and gradient partition."""
-        n = b.layout.shard_numel
-        master = self.link.host_zeros(n)
-        master.copy_(b.master)
-        b.master = master
-        b.exp_avg, b.exp_avg_sq, b.grad_shard = (self.link.host_zeros(n) for _ in range(3))
+    def place(self, part: Partition) -> None:
+        """Put a stage's new partition on the host: its master (copied, in fp32), zeroed Adam moments and a
+        zeroed fp32 gradient partition that the reduced gradients are added into."""
+        host = self.link.host_zeros(part.numel)
+        host.copy_(part.master)
+        part.master = host
+        part.exp_avg, part.exp_avg_sq, part.grad = (self.link.host_zeros(part.numel) for _ in range(3))
 
     def attach(self, opt, buckets, param_offload=None) -> None:
         """After every bucket is adopted. NVMe: form sub-groups, check ``nvme_path``, write version 1 of the
@@ -72,7 +76,7 @@ class OptimizerOffload:
         plan = nvme.sub_group_plan([b.layout.shard_numel for b in buckets], self.sub_group_size)
         self.sub_groups = groups = [[buckets[i] for i in g] for g in plan]
         numels = [sum(b.layout.shard_numel for b in g) for g in groups]
-        need = 2 * 12 * sum(numels) + (param_offload.file_bytes_needed(opt) if param_offload else 0)
+        need = 2 * 12 * sum(numels) + (param_offload.file_bytes_needed() if param_offload else 0)
         path = nvme.check_nvme_path(self.cfg.nvme_path, need * self.world_size)
         io = nvme.AsyncFileIO(self.aio.block_size, self.aio.queue_depth, self.aio.intra_op_parallelism,
                               self.aio.single_submit, self.aio.overlap_events)
@@ -83,12 +87,14 @@ class OptimizerOffload:
                                             pin_memory=self.link.pin)
         self.store.begin()
         for i, g in enumerate(groups):
-            self.swapper.write_initial(i, [torch.cat([getattr(b, s) for b in g]) for s in ("master", "exp_avg", "exp_avg_sq")])
+            self.swapper.write_initial(i, [torch.cat([getattr(b.partition, s) for b in g])
+                                           for s in ("master", "exp_avg", "exp_avg_sq")])
         if param_offload is not None:
-            param_offload.attach(opt, self.store)
+            param_offload.attach(self.store)
         self.store.commit()
         for b in buckets:
-            b.master = b.exp_avg = b.exp_avg_sq = None  # they live in the files now
+            part = b.partition
+            part.master = part.exp_avg = part.exp_avg_sq = None  # they live in the files now
 
     def close(self) -> None:
         """Stop the I/O threads and delete this rank's swap files (also done when the object is collected)."""
@@ -101,18 +107,14 @@ class OptimizerOffload:
         return self.store.log if self.store is not None else None
 
     # -------------------------------------------------------- backward
-    def add_grad(self, b, grad: torch.Tensor) -> None:
-        """Add a reduced 16-bit gradient shard (on the device) into ``b``'s fp32 host partition."""
-        self.link.to_host(grad, b.grad_shard.add_)
+    def add_grad(self, part: Partition, grad: torch.Tensor) -> None:
+        """Add a reduced 16-bit gradient shard (on the device) into the partition's fp32 host gradient."""
+        self.link.to_host(grad, part.grad.add_)
 
-    def grad_partitions(self, buckets, scale: float) -> list[torch.Tensor]:
+    def grad_partitions(self, parts: list[Partition], scale: float) -> list[torch.Tensor]:
         """The fp32 host gradient partitions, multiplied by ``scale`` in place (after pending copies land)."""
         self.link.poll(wait=True)
-        return [b.grad_shard.mul_(scale) for b in buckets]
-
-    def zero_grads(self, buckets) -> None:
-        for b in buckets:
-            b.grad_shard.zero_()
+        return [p.grad.mul_(scale) for p in parts]
 
     # -------------------------------------------------------- step
     def step(self, opt, grads: list[torch.Tensor]) -> None:
@@ -123,7 +125,7 @@ class OptimizerOffload:
         only after every file of the version is complete, so a failed write raises ``SwapError`` and
         leaves parameters, states and files at the previous step; ``opt``'s own fields (its step
         counter, its gradients) are left for its ``step`` to roll back."""
-        step = opt.global_steps
+        step = opt.adam_steps
 
         def adam(views) -> None:  # (param, grad, exp_avg, exp_avg_sq, start, end, cfg) spans: a call per group
             by_group: dict[tuple, list] = {}
@@ -135,8 +137,9 @@ class OptimizerOffload:
 
         if not self.nvme:
             for b, g in zip(opt.buckets, grads):
-                adam([(b.master, g, b.exp_avg, b.exp_avg_sq, *run) for run in opt.adam_runs(b)])
-                self._write_params(b, b.master)
+                part = b.partition
+                adam([(part.master, g, part.exp_avg, part.exp_avg_sq, *run) for run in opt.adam_runs(b)])
+                opt.write_param_shard(b, part.master)
             self.link.poll()  # (CUDA: release the staging buffers of the copies that have landed)
             return
         grad_of = dict(zip(map(id, opt.buckets), grads))
@@ -151,40 +154,30 @@ class OptimizerOffload:
             adam([(v[0], grad_of[id(b)], v[1], v[2], *run)
                   for b, v in zip(self.sub_groups[i], views) for run in opt.adam_runs(b)])
             for b, v in zip(self.sub_groups[i], views):
-                staged.append((b, torch.empty(v[0].shape, dtype=_param_dtype(b)).copy_(v[0])))
+                staged.append((b, torch.empty(v[0].shape, dtype=b.flat_param.dtype).copy_(v[0])))
 
+        params_in_store = opt.param_offload is not None and opt.param_offload.nvme  # one version with the states
         self.store.begin()
         try:
             self.swapper.run(step_group)
             self.store.wait_writes()
-            for b, new in staged:
-                if getattr(b, "offload", None) is not None and b.offload.nvme:
-                    b.offload.write_part(b, new)  # into the open version
+            if params_in_store:
+                for b, new in staged:
+                    opt.write_param_shard(b, new)  # into the open version
             self.store.commit()
         except BaseException:
             self.store.abort()
             raise
-        for b, new in staged:
-            if getattr(b, "offload", None) is None or not b.offload.nvme:
-                self._write_params(b, new)
-
-    def _write_params(self, b, values: torch.Tensor) -> None:
-        """Updated values (host, fp32 or 16-bit) into the bucket's parameter shard, wherever it lives."""
-        if getattr(b, "offload", None) is not None:  # a ZeRO-3 unit whose partition lives on the host / NVMe
-            b.offload.write_part(b, values)
-        else:
-            self.link.to_device(b.part if hasattr(b, "part") else b.shard(b.flat_param), values)
+        if not params_in_store:
+            for b, new in staged:
+                opt.write_param_shard(b, new)
 
     # -------------------------------------------------------- accounting
     def host_tensors(self, buckets) -> list[torch.Tensor]:
-        return [t for b in buckets for t in (b.master, b.exp_avg, b.exp_avg_sq, b.grad_shard) if t is not None]
+        return [t for b in buckets for t in b.partition.optimizer_tensors() + [b.partition.grad]]
 
     def buffer_tensors(self) -> list[torch.Tensor]:
         return list(self.swapper.buffers) if self.swapper is not None else []
-
-
-def _param_dtype(b) -> torch.dtype:
-    return b.part.dtype if hasattr(b, "part") else b.flat_param.dtype
 
 
 def _close_store(store) -> None:

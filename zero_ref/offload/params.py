@@ -16,10 +16,11 @@ class ParamOffload:
     def __init__(self, cfg: OffloadParamConfig, link: Link):
         self.cfg, self.link, self.nvme = cfg, link, cfg.device == "nvme"
         self.store = None
+        self.units: list = []  # the units adopted
+        self._keys: dict[int, str] = {}  # id(unit) -> its file's name in the store
 
-    @staticmethod
-    def key(u) -> str:
-        return f"param{u.index}"
+    def key(self, u) -> str:
+        return self._keys[id(u)]
 
     def adopt(self, u) -> None:
         """Move unit ``u``'s partition to the host (cpu) — or mark it for the store (nvme, in ``attach``)."""
@@ -29,15 +30,17 @@ class ParamOffload:
         host = self.link.host_zeros(u.layout.shard_numel, u.part.dtype)
         host.copy_(u.part)
         u.part, u.offload = host, self
+        self._keys[id(u)] = f"param{len(self.units)}"
+        self.units.append(u)
 
-    def file_bytes_needed(self, opt) -> int:
-        return 2 * sum(u.part.numel() * u.part.element_size() for u in opt.units if u.offload is self)
+    def file_bytes_needed(self) -> int:
+        return 2 * sum(u.part.numel() * u.part.element_size() for u in self.units)
 
-    def attach(self, opt, store) -> None:
+    def attach(self, store) -> None:
         """NVMe: write every adopted unit's partition into ``store``'s open version; keep none in memory."""
         self.store = store
-        for u in opt.units:
-            if u.offload is self and self.nvme:
+        for u in self.units:
+            if self.nvme:
                 store.write(self.key(u), u.part)  # (the write holds the storage until it is done)
                 u.part = u.part.new_empty(0)  # dtype kept; the values are in the file
 
@@ -64,5 +67,5 @@ class ParamOffload:
             self.store.write(self.key(u), new)
             self.store.commit()
 
-    def host_tensors(self, units) -> list[torch.Tensor]:
-        return [u.part for u in units if u.offload is self and u.part.numel()]
+    def host_tensors(self) -> list[torch.Tensor]:
+        return [u.part for u in self.units if u.part.numel()]

@@ -15,9 +15,31 @@ padded buffer (``FlatLayout``) that the parameters' ``.data`` view into; rank r 
 every bucket. Collectives are issued bucket by bucket in a fixed order, so every rank issues the
 same sequence even if its gradients become ready in a different order.
 
+What rank r owns of a bucket (fp32 master, both Adam moments, the reduced gradient shard, and
+their range of the flat buffer) is one object, ``bucket.partition`` (``zero_ref.stages.partition``).
 ZeRO-Offload and ZeRO-Infinity (``offload_optimizer``, ``offload_param``: DeepSpeed's config sections)
-keep the optimizer's shard on the host or on NVMe: that code is in zero_ref/offload/, and the stages
+decide only where its tensors live, the host or NVMe: that code is in zero_ref/offload/, and the stages
 call it at the few places marked "offload".
+
+The accumulation rule in one sentence (nanoGPT's ``require_backward_grad_sync``): gradients are
+reduced only in the backward of the last micro-step before a step, unless the stage keeps no full
+gradient to accumulate into (stages 2–3 reduce every micro-step).
+
+A stage is this class plus a few of its extension points, each a method a subclass overrides:
+
+    extension point           called                            ddp  z1  z2  z3
+    init_bucket(b, masters)   once per bucket, at set-up         ✓    ✓   ✓   (z2's)
+    on_grad_ready(b, i, p)    when parameter i's gradient is in  -    -   ✓   ✓
+    reduce_bucket(b)          once b's gradients are all in      ✓    ✓   ✓   ✓
+    reduces_this_micro_step() at each backward                   -    -   ✓   (z2's)
+    after_backward()          after every backward, even failed  -    -   -   ✓
+    grads_are_sharded()       in step: norm needs a collective?  ✓    -   -   -
+    grad_shards()             in step: the gradients Adam reads  ✓    ✓   ✓   (z2's)
+    master_shard(b, ...)      in init_bucket: the fp32 weights   -    -   -   ✓
+    publish_params()          after Adam: parameters everywhere  ✓    -   -   ✓
+    clear_grads()             after a step or a skipped one      ✓    ✓   ✓   (z2's)
+
+(✓: the stage defines its own; -: the base's default; (z2's): inherited from ZeRO-2.)
 """
 from __future__ import annotations
 
@@ -29,6 +51,7 @@ import torch.nn as nn
 
 from zero_ref import comm, offload
 from zero_ref.stages.flat import FlatLayout
+from zero_ref.stages.partition import Partition
 from zero_ref.optim import AdamConfig, adam_step_
 from zero_ref.precision import PRECISIONS as DTYPES
 
@@ -44,6 +67,9 @@ class Bucket:
             p.data = view  # the module now computes with views into the flat buffer
         self.ready: set[int] = set()  # indices of params whose gradient arrived this backward
         self.launched = False
+        self.partition: Partition | None = None  # what this rank owns of it (the stage's init_bucket)
+        self.flat_grad: torch.Tensor | None = None  # stages 0-1: the full gradient buffer, param.grad views into it
+        self.staging: torch.Tensor | None = None  # stage 2: this backward's gradients, until reduced
 
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         return self.layout.shard(flat, self.rank)
@@ -122,6 +148,8 @@ class ZeroOptimizerBase:
     """Shared machinery; subclasses decide what is sharded and when gradients are reduced."""
 
     stage = -1
+    MAX_IN_FLIGHT = 2  # reductions in flight: bounds the staging buffers alive during backward
+    _reducing = False  # inside a backward that reduces (the gradient hooks act only then)
 
     def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32",
                  group=None, reduce_bucket_size: int = int(5e8), overlap_comm: bool = True,
@@ -148,7 +176,8 @@ class ZeroOptimizerBase:
         self.clip = gradient_clipping
         self.loss_scaler = loss_scaler
         self.micro_steps = 0   # backward calls so far
-        self.global_steps = 0  # optimizer steps applied
+        self.adam_steps = 0  # Adam steps applied: the bias-correction step (an fp16-skipped step is not one;
+        # the engine's global_steps counts it, as DeepSpeed's does)
         self.skipped_steps = 0
         self.last_grad_norm: float | None = None
         self._pending: list = []  # (work handle, callback) of collectives in flight
@@ -169,10 +198,11 @@ class ZeroOptimizerBase:
             raise ValueError("the module has no parameters with requires_grad=True")
         # Master weights in fp32 come from the module's values before they are cast down.
         masters = {id(p): p.detach().float().clone() for p in params} if self.precision != "fp32" else {}
-        module.to(self.dtype) if self.precision != "fp32" else None
+        if self.precision != "fp32":
+            module.to(self.dtype)
         buckets = make_buckets(params, bucket_size, self.world_size, self.rank)
         for b in buckets:
-            self._init_bucket(b, masters)
+            self.init_bucket(b, masters)
         if self.offload is not None:
             self.offload.attach(self, buckets)
         for b in buckets:
@@ -180,22 +210,37 @@ class ZeroOptimizerBase:
                 p.register_post_accumulate_grad_hook(self._make_hook(b, i))
         return buckets
 
-    def _master_shard(self, b: Bucket, masters: dict, full: bool) -> torch.Tensor:
+    def master_shard(self, b: Bucket, masters: dict, full: bool) -> torch.Tensor:
         """The fp32 weights the optimizer updates: this rank's shard (or all of it, for stage 0)."""
         if not masters:  # fp32 training: the flat parameter buffer is its own master
             return b.flat_param if full else b.shard(b.flat_param)
         flat = b.layout.flatten([masters[id(p)] for p in b.params])
         return flat if full else b.shard(flat).clone()  # keep only our shard alive
 
-    def _init_bucket(self, b: Bucket, masters: dict) -> None:
+    def init_bucket(self, b: Bucket, masters: dict) -> None:
+        """Give ``b`` what this stage keeps of it: ``b.partition`` and any gradient buffer."""
         raise NotImplementedError
+
+    def new_partition(self, b: Bucket, master: torch.Tensor, grad: bool) -> Partition:
+        """This rank's ``Partition`` of ``b`` around ``master``: zeroed Adam moments and, if ``grad``, a zeroed
+        gradient shard. With offload the offload decides where it lives (on the host, fp32 gradient included)."""
+        start, end = (0, b.layout.padded_numel) if self.stage == 0 else b.layout.shard_range(self.rank)
+        part = Partition(start, end, master, exp_avg=None, exp_avg_sq=None, grad=None)
+        if self.offload is not None:
+            self.offload.place(part)  # on the host
+            return part
+        part.exp_avg = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
+        part.exp_avg_sq = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
+        if grad:
+            part.grad = torch.zeros(part.numel, dtype=self.dtype, device=master.device)
+        return part
 
     def _make_hook(self, b: Bucket, i: int):
         def hook(param: torch.Tensor) -> None:
             if not self._reducing:
                 return
             b.ready.add(i)
-            self._on_grad_ready(b, i, param)
+            self.on_grad_ready(b, i, param)
             self._launch_ready()
         return hook
 
@@ -208,14 +253,14 @@ class ZeroOptimizerBase:
         """True while the current (next) backward is the last micro-step before an optimizer step."""
         return (self.micro_steps + 1) % self.gas == 0
 
-    def _reduces_this_micro_step(self) -> bool:
+    def reduces_this_micro_step(self) -> bool:
         return self.is_gradient_accumulation_boundary()
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of ``loss`` / GAS (times the loss scale), reducing gradients when due."""
         if loss.dim() != 0:
             raise ValueError(f"backward expects a scalar loss, got shape {tuple(loss.shape)}")
-        self._reducing = self._reduces_this_micro_step()
+        self._reducing = self.reduces_this_micro_step()
         for b in self.buckets:
             b.ready.clear()
             b.launched = False
@@ -226,7 +271,7 @@ class ZeroOptimizerBase:
                 self._wait_all()
         finally:
             self._reducing = False
-            self._after_backward()
+            self.after_backward()
         self.micro_steps += 1
 
     def accumulate(self, loss: torch.Tensor) -> None:
@@ -241,12 +286,10 @@ class ZeroOptimizerBase:
         try:
             (loss * (self.loss_scale / self.gas)).backward()
         finally:
-            self._after_backward()
+            self.after_backward()
 
-    def _after_backward(self) -> None:
+    def after_backward(self) -> None:
         """Called after every backward, even a failed one (ZeRO-3 releases gathered parameters here)."""
-
-    _reducing = False
 
     def _launch_ready(self, flush: bool = False) -> None:
         """Issue reductions in bucket order: bucket k only after buckets 0..k-1 (same order on every rank)."""
@@ -256,9 +299,7 @@ class ZeroOptimizerBase:
             if not flush and len(b.ready) < len(b.params):
                 return  # (without overlap_comm the collective below blocks, inside backward)
             b.launched = True
-            self._reduce_bucket(b)
-
-    MAX_IN_FLIGHT = 2  # reductions in flight: bounds the staging buffers alive during backward
+            self.reduce_bucket(b)
 
     def _async(self, work, callback=None) -> None:
         self._pending.append((work, callback))
@@ -277,10 +318,12 @@ class ZeroOptimizerBase:
             self._finish(work, callback)
         self._pending.clear()
 
-    def _on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
+    def on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
         """Called when parameter i of bucket b has its gradient for this backward."""
 
-    def _reduce_bucket(self, b: Bucket) -> None:
+    def reduce_bucket(self, b: Bucket) -> None:
+        """Issue ``b``'s collective (in bucket order: ``_launch_ready`` calls it); ``self._async(work, then)``
+        keeps it in flight and runs ``then`` once it is done."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- step
@@ -291,7 +334,7 @@ class ZeroOptimizerBase:
         fp16 overflow skipped it — on every rank alike)."""
         if self.micro_steps % self.gas != 0 or self.micro_steps == 0:
             return False
-        grads = self._grad_shards()  # fp32, this rank's part of every bucket
+        grads = self.grad_shards()  # fp32, this rank's part of every bucket
         inv_scale = 1.0 / self.loss_scale
         sq = torch.zeros(2, dtype=torch.float64, device=grads[0].device)  # [Σg², non-finite]
         for g in grads:
@@ -299,7 +342,7 @@ class ZeroOptimizerBase:
                 g.mul_(inv_scale)
             sq[0] += torch.linalg.vector_norm(g).double() ** 2  # one pass, no copy; inf/nan propagate
         sq[1] = float(not math.isfinite(sq[0].item()))
-        if self._grads_are_sharded():
+        if self.grads_are_sharded():
             sq = sq.to(self.buckets[0].flat_param.device)  # (from the host, with offload)
             comm.all_reduce(sq, group=self.group)  # global norm and overflow, the same on all ranks
         overflow = bool(sq[1] > 0) or not math.isfinite(sq[0].item())
@@ -308,7 +351,7 @@ class ZeroOptimizerBase:
         if overflow:
             self.skipped_steps += 1
             self.last_grad_norm = float("inf")
-            self._zero_grads()
+            self.clear_grads()
             return False
         norm = math.sqrt(sq[0].item())
         self.last_grad_norm = norm
@@ -316,22 +359,23 @@ class ZeroOptimizerBase:
             coef = min(self.clip / (norm + 1e-6), 1.0)
             for g in grads:
                 g.mul_(coef)
-        self.global_steps += 1
+        self.adam_steps += 1
         if self.offload is not None:  # on the host; writes the updated shards back (zero_ref.offload)
             try:
                 self.offload.step(self, grads)
             except BaseException:
                 if self.offload.nvme:  # the store kept the previous version: drop the step, so training
-                    self.global_steps -= 1  # can go on from the previous state
-                    self._zero_grads()
+                    self.adam_steps -= 1  # can go on from the previous state
+                    self.clear_grads()
                 raise
         else:
             for b, g in zip(self.buckets, grads):
+                part = b.partition
                 for start, end, cfg in self.adam_runs(b):
-                    adam_step_(b.master[start:end], g[start:end], b.exp_avg[start:end], b.exp_avg_sq[start:end],
-                               self.global_steps, cfg)
-        self._publish_params()
-        self._zero_grads()
+                    adam_step_(part.master[start:end], g[start:end], part.exp_avg[start:end],
+                               part.exp_avg_sq[start:end], self.adam_steps, cfg)
+        self.publish_params()
+        self.clear_grads()
         return True
 
     def adam_runs(self, b) -> list[tuple[int, int, AdamConfig]]:
@@ -339,22 +383,34 @@ class ZeroOptimizerBase:
         (a schedule may have changed its lr since the last step)."""
         return [(start, end, group_adam(self.param_groups[g], self.adam)) for start, end, g in b.adam_runs]
 
-    def _grads_are_sharded(self) -> bool:
+    def grads_are_sharded(self) -> bool:
         return True
 
-    def _grad_shards(self) -> list[torch.Tensor]:
+    def grad_shards(self) -> list[torch.Tensor]:
+        """fp32, this rank's part of every bucket's gradient, averaged over ranks (Adam reads these)."""
         raise NotImplementedError
 
-    def _publish_params(self) -> None:
+    def averaged(self, grad_sum: torch.Tensor) -> torch.Tensor:
+        """The mean over ranks of a summed gradient, in fp32. Ranks reduce with "sum" (gloo has no AVG) and
+        divide once here. ``.float()`` is the tensor itself in fp32 and a copy otherwise: dividing it in place
+        is safe, as gradients are cleared after the step."""
+        return grad_sum.float().mul_(1.0 / self.world_size)
+
+    def write_param_shard(self, b: Bucket, values: torch.Tensor) -> None:
+        """Offload: updated values (on the host) into this rank's shard of ``b``'s device parameters."""
+        self.offload.link.to_device(b.shard(b.flat_param), values)
+
+    def publish_params(self) -> None:
         """Write each updated shard into the flat parameters and all-gather them (stages 1–2)."""
         for b in self.buckets:
             mine = b.shard(b.flat_param)
-            if self.offload is None and b.master.data_ptr() != mine.data_ptr():  # mixed precision: cast down
-                mine.copy_(b.master)
+            if self.offload is None and b.partition.master.data_ptr() != mine.data_ptr():  # mixed precision
+                mine.copy_(b.partition.master)  # cast down
             self._async(comm.all_gather(b.flat_param, mine, group=self.group, async_op=self.overlap_comm))
         self._wait_all()
 
-    def _zero_grads(self) -> None:
+    def clear_grads(self) -> None:
+        """Zero the gradients kept between micro-steps (after a step, or a step skipped on overflow)."""
         raise NotImplementedError
 
     def zero_grad(self) -> None:
@@ -366,8 +422,8 @@ class ZeroOptimizerBase:
         for b in self.buckets:
             out["params"].append(b.flat_param)
             # stage 2: the partition; stages 0-1: the full buffer (+ the host partition, with offload)
-            out["grads"] += [g for g in (getattr(b, "flat_grad", None), getattr(b, "grad_shard", None)) if g is not None]
-            out["optimizer"] += [b.exp_avg, b.exp_avg_sq]
-            if b.master.untyped_storage().data_ptr() != b.flat_param.untyped_storage().data_ptr():
-                out["optimizer"].append(b.master)  # a separate fp32 master copy (mixed precision)
+            out["grads"] += [g for g in (b.flat_grad, b.partition.grad) if g is not None]
+            shared = b.flat_param.untyped_storage().data_ptr()  # fp32 training: the master is the parameters
+            out["optimizer"] += [t for t in b.partition.optimizer_tensors()
+                                 if t.untyped_storage().data_ptr() != shared]
         return out

@@ -15,29 +15,26 @@ from zero_ref.stages.base import Bucket, ZeroOptimizerBase
 class DataParallel(ZeroOptimizerBase):
     stage = 0
 
-    def _init_bucket(self, b: Bucket, masters: dict) -> None:
+    def init_bucket(self, b: Bucket, masters: dict) -> None:
         b.flat_grad = torch.zeros_like(b.flat_param)
         for p, g in zip(b.params, b.layout.unflatten(b.flat_grad)):
             p.grad = g  # autograd accumulates into the flat buffer
-        b.master = self._master_shard(b, masters, full=True)
-        b.exp_avg = torch.zeros_like(b.master, dtype=torch.float32)
-        b.exp_avg_sq = torch.zeros_like(b.master, dtype=torch.float32)
+        b.partition = self.new_partition(b, self.master_shard(b, masters, full=True), grad=False)
 
-    def _reduce_bucket(self, b: Bucket) -> None:
+    def reduce_bucket(self, b: Bucket) -> None:
         self._async(comm.all_reduce(b.flat_grad, group=self.group, async_op=self.overlap_comm))
 
-    def _grads_are_sharded(self) -> bool:
+    def grads_are_sharded(self) -> bool:
         return False  # every rank holds the same full gradient: no collective needed for the norm
 
-    def _grad_shards(self) -> list[torch.Tensor]:
-        # .float() is the tensor itself in fp32 and a copy otherwise; gradients are zeroed after the step.
-        return [b.flat_grad.float().mul_(1.0 / self.world_size) for b in self.buckets]
+    def grad_shards(self) -> list[torch.Tensor]:
+        return [self.averaged(b.flat_grad) for b in self.buckets]
 
-    def _publish_params(self) -> None:
+    def publish_params(self) -> None:
         for b in self.buckets:
-            if b.master.data_ptr() != b.flat_param.data_ptr():
-                b.flat_param.copy_(b.master)
+            if b.partition.master.data_ptr() != b.flat_param.data_ptr():  # mixed precision: cast down
+                b.flat_param.copy_(b.partition.master)
 
-    def _zero_grads(self) -> None:
+    def clear_grads(self) -> None:
         for b in self.buckets:
             b.flat_grad.zero_()

@@ -15,30 +15,30 @@ from zero_ref.stages.base import Bucket, ZeroOptimizerBase
 class ZeroStage1(ZeroOptimizerBase):
     stage = 1
 
-    def _init_bucket(self, b: Bucket, masters: dict) -> None:
+    def init_bucket(self, b: Bucket, masters: dict) -> None:
         b.flat_grad = torch.zeros_like(b.flat_param)
         for p, g in zip(b.params, b.layout.unflatten(b.flat_grad)):
             p.grad = g
-        b.master = self._master_shard(b, masters, full=False)
-        if self.offload is not None:  # ZeRO-Offload: master, moments and an fp32 gradient shard on the host
-            return self.offload.adopt(b)
-        b.exp_avg = torch.zeros_like(b.master, dtype=torch.float32)
-        b.exp_avg_sq = torch.zeros_like(b.master, dtype=torch.float32)
+        # (ZeRO-Offload puts the partition on the host, with an fp32 gradient shard to add the reductions into)
+        b.partition = self.new_partition(b, self.master_shard(b, masters, full=False), grad=False)
 
-    def _reduce_bucket(self, b: Bucket) -> None:
+    def reduce_bucket(self, b: Bucket) -> None:
         # In place: this rank's shard of the flat gradient receives the sum over ranks.
         mine = b.shard(b.flat_grad)
         work = comm.reduce_scatter(mine, b.flat_grad, group=self.group, async_op=self.overlap_comm)
-        self._async(work, (lambda: self.offload.add_grad(b, mine)) if self.offload else None)  # offload: to the host
+        then = None
+        if self.offload is not None:  # to the host, into the fp32 gradient partition
+            def then():
+                self.offload.add_grad(b.partition, mine)
+        self._async(work, then)
 
-    def _grad_shards(self) -> list[torch.Tensor]:
+    def grad_shards(self) -> list[torch.Tensor]:
         if self.offload is not None:
-            return self.offload.grad_partitions(self.buckets, 1.0 / self.world_size)
-        # .float() is the tensor itself in fp32 and a copy otherwise; gradients are zeroed after the step.
-        return [b.shard(b.flat_grad).float().mul_(1.0 / self.world_size) for b in self.buckets]
+            return self.offload.grad_partitions([b.partition for b in self.buckets], 1.0 / self.world_size)
+        return [self.averaged(b.shard(b.flat_grad)) for b in self.buckets]
 
-    def _zero_grads(self) -> None:
+    def clear_grads(self) -> None:
         for b in self.buckets:
             b.flat_grad.zero_()
-        if self.offload is not None:
-            self.offload.zero_grads(self.buckets)
+            if b.partition.grad is not None:  # offload: the host's fp32 gradient partition
+                b.partition.grad.zero_()

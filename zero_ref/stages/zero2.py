@@ -15,38 +15,38 @@ from zero_ref.stages.base import Bucket, ZeroOptimizerBase
 class ZeroStage2(ZeroOptimizerBase):
     stage = 2
 
-    def _reduces_this_micro_step(self) -> bool:
+    def reduces_this_micro_step(self) -> bool:
         return True  # every micro-step: there is no full buffer to accumulate into
 
-    def _init_bucket(self, b: Bucket, masters: dict) -> None:
-        b.staging = None
-        b.master = self._master_shard(b, masters, full=False)
-        if self.offload is not None:  # ZeRO-Offload: master, moments and the gradient shard (fp32) on the host
-            return self.offload.adopt(b)
-        b.grad_shard = torch.zeros(b.layout.shard_numel, dtype=self.dtype, device=b.flat_param.device)
-        b.exp_avg = torch.zeros_like(b.master, dtype=torch.float32)
-        b.exp_avg_sq = torch.zeros_like(b.master, dtype=torch.float32)
+    def init_bucket(self, b: Bucket, masters: dict) -> None:
+        # (ZeRO-Offload puts the partition on the host, its gradient shard in fp32)
+        b.partition = self.new_partition(b, self.master_shard(b, masters, full=False), grad=True)
 
-    def _on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
+    def on_grad_ready(self, b: Bucket, i: int, param: torch.Tensor) -> None:
         if b.staging is None:
             b.staging = torch.zeros_like(b.flat_param)
         start, n = b.layout.offsets[i], b.layout.numels[i]
         b.staging[start:start + n].copy_(param.grad.reshape(-1))
         param.grad = None  # the full gradient is freed as soon as it is staged
 
-    def _reduce_bucket(self, b: Bucket) -> None:
+    def reduce_bucket(self, b: Bucket) -> None:
         staging = b.staging if b.staging is not None else torch.zeros_like(b.flat_param)
         b.staging = None
         mine = b.shard(staging)
         work = comm.reduce_scatter(mine, staging, group=self.group, async_op=self.overlap_comm)
-        self._async(work, lambda: self.offload.add_grad(b, mine) if self.offload else b.grad_shard.add_(mine))
-
-    def _grad_shards(self) -> list[torch.Tensor]:
         if self.offload is not None:
-            return self.offload.grad_partitions(self.buckets, 1.0 / self.world_size)
-        # .float() is the tensor itself in fp32 and a copy otherwise; gradients are zeroed after the step.
-        return [b.grad_shard.float().mul_(1.0 / self.world_size) for b in self.buckets]
+            def then():  # to the host, into the fp32 gradient partition
+                self.offload.add_grad(b.partition, mine)
+        else:
+            def then():  # accumulates over micro-steps
+                b.partition.grad.add_(mine)
+        self._async(work, then)
 
-    def _zero_grads(self) -> None:
+    def grad_shards(self) -> list[torch.Tensor]:
+        if self.offload is not None:
+            return self.offload.grad_partitions([b.partition for b in self.buckets], 1.0 / self.world_size)
+        return [self.averaged(b.partition.grad) for b in self.buckets]
+
+    def clear_grads(self) -> None:
         for b in self.buckets:
-            b.grad_shard.zero_()
+            b.partition.grad.zero_()

@@ -16,6 +16,9 @@ states per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the
   its own linear layer for that). A unit is released once all its handles are unpacked.
 - Gradients as in ZeRO-2 (this class extends it): a unit's gradients, once complete, are
   reduce-scattered into this rank's gradient shard (accumulating over micro-steps) and freed.
+  The stage keeps one ``UnitState`` per unit (the unit, its ``Partition``, when it is in use) and
+  runs ZeRO-2's ``on_grad_ready``, ``reduce_bucket``, ``grad_shards``, ``clear_grads`` and ``step``
+  on those records; it replaces set-up (``_build``), ``publish_params`` and ``state_tensors``.
   AccumulateGrad checks a gradient against the parameter's shape, so a released parameter gets a
   one-element placeholder of its full shape while it accumulates.
 
@@ -55,6 +58,7 @@ import torch.nn as nn
 
 from zero_ref import comm
 from zero_ref.optim import AdamConfig
+from zero_ref.stages.partition import Partition
 from zero_ref.stages.zero2 import ZeroStage2
 from zero_ref.stages.zero_init import GatheredParameters, Unit
 
@@ -64,10 +68,54 @@ _VERBS = {FORWARD: ("gathers", "gather", " for forward"), PREFETCH: ("prefetches
           REDUCE: ("reduce-scatters", "reduce-scatter", "'s gradient")}
 
 
+class UnitState:
+    """ZeroStage3's record of one unit: the ``Unit`` (its shard, gathers and releases), this rank's
+    ``Partition`` of it for the optimizer, and when the unit is in use. For ZeRO-2's gradient path, which
+    this stage reuses (``on_grad_ready``, ``reduce_bucket``, ``grad_shards``, ``clear_grads``), it is the
+    bucket: ``params``, ``layout``, ``flat_param``, ``shard``, ``ready``, ``launched``, ``staging``."""
+
+    def __init__(self, unit: Unit, index: int, persistent: bool):
+        self.unit, self.index, self.persistent = unit, index, persistent  # position; stays gathered?
+        self.hold = 0              # forwards running that use it
+        self.pending = 0           # saved-tensor handles not yet unpacked
+        self.in_backward = False   # counted as a use of this backward already
+        self.age = 0               # when it was last gathered (max_live_parameters evicts the oldest)
+        self.partition: Partition | None = None  # trainable units: what this rank's optimizer owns
+        self.ready: set[int] = set()  # ZeRO-2's gradient path, as on a Bucket
+        self.launched = False
+        self.staging: torch.Tensor | None = None
+        self.flat_grad = None
+
+    name = property(lambda self: self.unit.name)
+    params = property(lambda self: self.unit.params)
+    layout = property(lambda self: self.unit.layout)
+    numel = property(lambda self: self.unit.numel)  # real elements
+    size = property(lambda self: self.unit.size)    # elements once gathered
+
+    @property
+    def flat_param(self) -> torch.Tensor:
+        """ZeRO-2 sizes its gradient buffers from the flat parameter: the full buffer when gathered, else a
+        one-element stand-in with its shape, dtype and device."""
+        u = self.unit
+        return u.full if u.full is not None else torch.empty(1, dtype=u.part.dtype, device=u.device).expand(u.size)
+
+    def shard(self, flat: torch.Tensor) -> torch.Tensor:
+        return self.unit.shard(flat)
+
+    def keep_master(self, shard: torch.Tensor) -> None:
+        """The unit's edited shard (``GatheredParameters(modifier_rank=...)``) into the fp32 master too."""
+        master = self.partition.master
+        if master is None:
+            raise NotImplementedError(f"editing '{self.name}' with GatheredParameters(modifier_rank=...) while "
+                                      "its optimizer states are on NVMe is not supported")
+        if master is not self.unit.part:  # (fp32 without offload: the partition is the master)
+            master.copy_(shard)
+
+
 class _Saved(NamedTuple):
     """What pack keeps instead of a tensor that lives in a gathered unit."""
 
-    unit: Unit
+    unit: UnitState
     size: torch.Size
     stride: tuple
     offset: int
@@ -116,9 +164,9 @@ class ZeroStage3(ZeroStage2):
         self.peak_live_numel = 0  # most gathered elements at once (persistent units aside)
         self.gather_log: list[GatherEvent] | None = None  # set to a list to record every gather and release
         self._trace, self._recording, self._pos, self._clock = [], True, 0, 0
-        self._by_ptr: dict[int, Unit] = {}  # data_ptr of each gathered buffer -> its unit (for pack)
+        self._by_ptr: dict[int, UnitState] = {}  # data_ptr of each gathered buffer -> its unit (for pack)
         self._entered: list[nn.Module] = []
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -126,7 +174,7 @@ class ZeroStage3(ZeroStage2):
                          sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups)
 
     # ---------------------------------------------------------------- set-up
-    def _build(self, module: nn.Module, bucket_size: int) -> list[Unit]:
+    def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
         self.units, self._module_units, owner = [], {}, {}
         grouped: set[int] = set()  # modules inside a unit_modules subtree: their parameters are its unit's
         for name, mod in module.named_modules():
@@ -142,9 +190,9 @@ class ZeroStage3(ZeroStage2):
                     label = (name or type(module).__name__) + ("" if len(ps) == len(own) else
                                                                "[trainable]" if trainable else "[frozen]")
                     unit = self._adopt(ps, label)
-                    unit.index, unit.persistent = len(self.units), unit.numel <= self.persistence_threshold
-                    self.units.append(unit)
-                    owner.update((id(p), unit) for p in ps)
+                    state = UnitState(unit, len(self.units), unit.numel <= self.persistence_threshold)
+                    self.units.append(state)
+                    owner.update((id(p), state) for p in ps)
             if units := list(dict.fromkeys(owner[id(p)] for p in mod.parameters(recurse=group))):
                 self._module_units[mod] = units
         self._unit_of, self._own_units = owner, {m: list(us) for m, us in self._module_units.items()}
@@ -162,29 +210,30 @@ class ZeroStage3(ZeroStage2):
         if self.precision != "fp32":
             for u in self.units:
                 if u.params[0].requires_grad:
-                    masters[u.index] = u.part.clone()  # fp32 master from the values before the cast
-                u.part = u.part.to(self.dtype)
+                    masters[u.index] = u.unit.part.clone()  # fp32 master from the values before the cast
+                u.unit.part = u.unit.part.to(self.dtype)
             module.to(self.dtype)  # buffers; the parameters are empty here
         for b in buckets:
-            self._init_bucket(b, masters)  # ZeRO-2's: gradient shard, master shard, Adam moments
+            self.init_bucket(b, masters)  # ZeRO-2's: the partition (master, Adam moments, gradient shard)
+            b.unit.on_repartition.append(b.keep_master)
         if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
             for u in self.units:
-                self.param_offload.adopt(u)
+                self.param_offload.adopt(u.unit)
         if self.offload is not None:
             self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
         for b in buckets:
             for i, p in enumerate(b.params):
-                p.register_hook(self._placeholder(p))
+                p.register_hook(self.placeholder(p))
                 p.register_post_accumulate_grad_hook(self._make_hook(b, i))
         for mod in self._own_units:
             mod.register_state_dict_pre_hook(self._check_gathered)
         for mod in module.modules():  # every module: one that holds nothing may still read another's parameter
-            mod.register_forward_pre_hook(self._pre_forward)
-            mod.register_forward_hook(self._post_forward, always_call=True)
+            mod.register_forward_pre_hook(self.pre_forward)
+            mod.register_forward_hook(self.post_forward, always_call=True)
             mod._parameters = _Parameters(self, mod._parameters)
         for u in self.units:
             if u.persistent:
-                u.gather()
+                u.unit.gather()
         return buckets
 
     def _adopt(self, params: list[nn.Parameter], name: str) -> Unit:
@@ -194,52 +243,59 @@ class ZeroStage3(ZeroStage2):
         if len(olds) == 1 and old is not None and old.group is self.group and \
                 [id(p) for p in old.params] == [id(p) for p in params]:
             old.name = name
+            old.on_repartition = []  # (a stage built on it before kept its own master)
             return old
         for old in olds:
             if old is not None:
                 old.gather()  # full values back into param.data, then partition them our way
         return Unit(name, params, self.group)
 
-    def _master_shard(self, b: Unit, masters: dict, full: bool) -> torch.Tensor:
-        return masters.get(b.index, b.part)  # fp32: the partition is its own master
+    def master_shard(self, b: UnitState, masters: dict, full: bool) -> torch.Tensor:
+        return masters.get(b.index, b.unit.part)  # fp32: the partition is its own master
+
+    def write_param_shard(self, b: UnitState, values: torch.Tensor) -> None:
+        if b.unit.offload is not None:  # offload_param: into the host copy or the open NVMe version
+            b.unit.offload.write_part(b.unit, values)
+        else:
+            self.offload.link.to_device(b.unit.part, values)
 
     # ---------------------------------------------------------------- gather / release
-    def _live_numel(self) -> int:
-        return sum(u.size for u in self.units if u.full is not None and not u.persistent)
+    def live_numel(self) -> int:
+        return sum(u.size for u in self.units if u.unit.full is not None and not u.persistent)
 
-    def _fetch(self, u: Unit, op: int) -> None:
-        if u.full is None:
+    def fetch(self, u: UnitState, op: int) -> None:
+        if u.unit.full is None:
             if op != PREFETCH:
-                while self._live_numel() + u.size > self.max_live:  # release the oldest units not in use
-                    idle = [v for v in self.units if v.full is not None and not v.persistent and v.hold == 0]
+                while self.live_numel() + u.size > self.max_live:  # release the oldest units not in use
+                    idle = [v for v in self.units if v.unit.full is not None and not v.persistent and v.hold == 0]
                     if not idle:
                         break
-                    self._release(min(idle, key=lambda v: v.age))
+                    self.release(min(idle, key=lambda v: v.age))
             self._agree(u, op)
-            u.gather(async_op=op == PREFETCH)
+            u.unit.gather(async_op=op == PREFETCH)
             self._clock += 1
             u.age = self._clock
-            self._by_ptr[u.full.untyped_storage().data_ptr()] = u
-            self.peak_live_numel = max(self.peak_live_numel, self._live_numel())
+            self._by_ptr[u.unit.full.untyped_storage().data_ptr()] = u
+            self.peak_live_numel = max(self.peak_live_numel, self.live_numel())
             self._log("prefetch" if op == PREFETCH else "gather", u)
-        elif u.work is not None and op != PREFETCH:
-            u.wait()
+        elif u.unit.work is not None and op != PREFETCH:
+            u.unit.wait()
 
-    def _release(self, u: Unit) -> None:
-        if u.full is not None and not u.persistent:
-            self._by_ptr.pop(u.full.untyped_storage().data_ptr(), None)
-            u.release()
+    def release(self, u: UnitState) -> None:
+        if u.unit.full is not None and not u.persistent:
+            self._by_ptr.pop(u.unit.full.untyped_storage().data_ptr(), None)
+            u.unit.release()
             self._log("release", u)
 
-    def _log(self, kind: str, u: Unit) -> None:
+    def _log(self, kind: str, u: UnitState) -> None:
         if self.gather_log is not None:
-            self.gather_log.append(GatherEvent(kind, u.name, self._live_numel()))
+            self.gather_log.append(GatherEvent(kind, u.name, self.live_numel()))
 
-    def _agree(self, u: Unit, op: int) -> None:
+    def _agree(self, u: UnitState, op: int) -> None:
         """All ranks check that they are about to run the same collective on the same unit."""
         if self.world_size == 1:
             return
-        mine = torch.tensor([u.index, op], device=u.device)
+        mine = torch.tensor([u.index, op], device=u.unit.device)
         rows = mine.new_empty(2 * self.world_size)
         comm.all_gather(rows, mine, group=self.group)
         ranks: dict[tuple, list[int]] = {}  # (unit, op) -> the ranks about to run it
@@ -254,7 +310,7 @@ class ZeroStage3(ZeroStage2):
                                "break this); otherwise their collectives would not match and training would hang.")
 
     # ---------------------------------------------------------------- trace and prefetch
-    def _event(self, u: Unit) -> None:
+    def on_use(self, u: UnitState) -> None:
         """A use of ``u``: record it (first micro-step) or follow the trace and prefetch what comes next."""
         if self._recording:
             self._trace.append(u)
@@ -263,92 +319,92 @@ class ZeroStage3(ZeroStage2):
                 self._pos += 1
                 budget = self.prefetch_bucket_size
                 for v in self._trace[self._pos:]:
-                    if budget <= 0 or (v.full is None and self._live_numel() + v.size > self.max_live):
+                    if budget <= 0 or (v.unit.full is None and self.live_numel() + v.size > self.max_live):
                         break
-                    if v.full is None:
-                        self._fetch(v, PREFETCH)
+                    if v.unit.full is None:
+                        self.fetch(v, PREFETCH)
                         budget -= v.size
             else:
                 self._trace = None  # the order changed: stop prefetching, record again next step
 
     # ---------------------------------------------------------------- forward
-    def _pre_forward(self, mod: nn.Module, args) -> None:
+    def pre_forward(self, mod: nn.Module, args) -> None:
         for u in self._module_units.get(mod, ()):
             self._hold(u)
         self._saved_hooks.__enter__()
         self._entered.append(mod)
 
-    def _hold(self, u: Unit) -> None:
-        self._fetch(u, FORWARD)
+    def _hold(self, u: UnitState) -> None:
+        self.fetch(u, FORWARD)
         u.hold += 1
-        self._event(u)
+        self.on_use(u)
 
-    def _post_forward(self, mod: nn.Module, args, output) -> None:
+    def post_forward(self, mod: nn.Module, args, output) -> None:
         if self._entered and self._entered[-1] is mod:  # (not when the pre-hook raised)
             self._entered.pop()
             self._saved_hooks.__exit__(None, None, None)
             for u in self._module_units.get(mod, ()):
                 u.hold -= 1
                 if u.hold == 0:
-                    self._release(u)
+                    self.release(u)
 
     def _external(self, p: nn.Parameter) -> None:
         """A forward read ``p`` (``module.weight``): if its unit is not gathered, the innermost running module
         reads another module's parameter; gather the unit for it, now and in its pre-forward from now on."""
         u = self._unit_of.get(id(p))
-        if u is None or (u.full is not None and u.work is None):
+        if u is None or (u.unit.full is not None and u.unit.work is None):
             return  # not ours, or gathered (by its holder, which is running)
         units = self._module_units.setdefault(self._entered[-1], [])
         if u not in units:
             units.append(u)
             self._hold(u)
         else:  # prefetched for this module and not yet waited on
-            self._fetch(u, FORWARD)
+            self.fetch(u, FORWARD)
 
     # ---------------------------------------------------------------- backward
-    def _pack(self, t: torch.Tensor):
+    def pack(self, t: torch.Tensor):
         ptr = t.untyped_storage().data_ptr()
         u = self._by_ptr.get(ptr)
-        if u is None or u.full is None or u.full.untyped_storage().data_ptr() != ptr:
+        if u is None or u.unit.full is None or u.unit.full.untyped_storage().data_ptr() != ptr:
             return t  # an activation, or a persistent parameter (always there)
         u.pending += 1
         return _Saved(u, t.size(), t.stride(), t.storage_offset())
 
-    def _unpack(self, saved):
+    def unpack(self, saved):
         if not isinstance(saved, _Saved):
             return saved
         u = saved.unit
-        self._fetch(u, BACKWARD)
+        self.fetch(u, BACKWARD)
         if not u.in_backward:
             u.in_backward = True
-            self._event(u)
-        t = u.full.as_strided(saved.size, saved.stride, saved.offset)
+            self.on_use(u)
+        t = u.unit.full.as_strided(saved.size, saved.stride, saved.offset)
         u.pending -= 1
         if u.pending <= 0 and u.hold == 0:
             u.in_backward = False
-            self._release(u)  # autograd holds `t` (and so the memory) until this node is done
+            self.release(u)  # autograd holds `t` (and so the memory) until this node is done
         return t
 
-    def _placeholder(self, p: nn.Parameter):
+    def placeholder(self, p: nn.Parameter):
         def hook(grad: torch.Tensor) -> None:
             if p.data.shape != grad.shape:  # released; AccumulateGrad needs the shape, never the values
                 p.data = grad.new_empty(1).expand(grad.shape)
         return hook
 
-    def _on_grad_ready(self, b: Unit, i: int, param: torch.Tensor) -> None:
-        super()._on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
-        if b.full is None or b.work is not None:
+    def on_grad_ready(self, b: UnitState, i: int, param: torch.Tensor) -> None:
+        super().on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
+        if b.unit.full is None or b.unit.work is not None:
             param.data = b.flat_param.new_empty(0)  # drop the placeholder
 
-    def _reduce_bucket(self, b: Unit) -> None:
+    def reduce_bucket(self, b: UnitState) -> None:
         self._agree(b, REDUCE)
-        super()._reduce_bucket(b)
+        super().reduce_bucket(b)
 
-    def _after_backward(self) -> None:
+    def after_backward(self) -> None:
         for u in self.units:  # gathered but never unpacked (unused branch, unused prefetch)
             u.pending, u.in_backward = 0, False
             if u.hold == 0:
-                self._release(u)
+                self.release(u)
         if self._trace is None:
             self._trace, self._recording = [], True
         else:
@@ -361,24 +417,23 @@ class ZeroStage3(ZeroStage2):
         gradient partitions, optimizer states (+ fp32 masters under mixed precision)."""
         out = {"params": [], "grads": [], "optimizer": []}
         for u in self.units:
-            out["params"] += [u.part] + ([u.full] if u.full is not None else [])
+            out["params"] += [u.unit.part] + ([u.unit.full] if u.unit.full is not None else [])
         for b in self.buckets:
-            out["grads"].append(b.grad_shard)
-            out["optimizer"] += [t for t in (b.exp_avg, b.exp_avg_sq, b.master)  # (None: swapped to NVMe)
-                                 if t is not None and t is not b.part]
+            out["grads"].append(b.partition.grad)
+            out["optimizer"] += [t for t in b.partition.optimizer_tensors() if t is not b.unit.part]
         return out
 
-    def _publish_params(self) -> None:
+    def publish_params(self) -> None:
         for b in self.buckets:
-            if self.offload is None and b.master is not b.part:
-                b.part.copy_(b.master)  # mixed precision: cast the fp32 master down
+            if self.offload is None and b.partition.master is not b.unit.part:
+                b.unit.part.copy_(b.partition.master)  # mixed precision: cast the fp32 master down
             if b.persistent:
-                self._async(comm.all_gather(b.full, b.device_part(), group=self.group, async_op=self.overlap_comm))
+                self._async(comm.all_gather(b.unit.full, b.unit.device_part(), group=self.group, async_op=self.overlap_comm))
         self._wait_all()
 
     def _check_gathered(self, mod: nn.Module, prefix: str, keep_vars: bool) -> None:
         for u in self._own_units[mod]:
-            if u.full is None or u.work is not None:
+            if u.unit.full is None or u.unit.work is not None:
                 raise RuntimeError(
                     f"state_dict() at '{prefix or u.name}': ZeRO-3 has partitioned '{u.name}' (this rank holds "
                     f"1/{self.world_size} of it; param.data is empty), so module.state_dict() would silently "

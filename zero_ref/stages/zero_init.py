@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -64,21 +65,14 @@ class Unit:
             self.part[pc.shard_start:pc.shard_start + pc.numel] = \
                 params[pc.index].detach().reshape(-1)[pc.param_start:pc.param_end]
         self.full = self.work = None  # the gathered buffer (None when released); an all-gather in flight
-        # ZeroStage3's bookkeeping: position, stays gathered?, forward users, saved handles, age; base's.
-        self.index, self.persistent, self.hold, self.pending, self.in_backward, self.age = -1, False, 0, 0, False, 0
-        self.ready, self.launched = set(), False
+        # other copies of this rank's shard, kept up to date by repartition(): a stage's fp32 master
+        self.on_repartition: list[Callable[[torch.Tensor], None]] = []
         for p in params:
             p._z3_unit = self
         self.release()
 
     numel = property(lambda self: self.layout.numel)       # real elements
     size = property(lambda self: self.layout.padded_numel)  # elements once gathered
-
-    @property
-    def flat_param(self) -> torch.Tensor:
-        """What stages 0–2 call the flat parameter (they size gradient buffers from it): the full buffer
-        when gathered, else a one-element stand-in with its shape, dtype and device."""
-        return self.full if self.full is not None else self._empty(1).expand(self.size)
 
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         return self.layout.shard(flat, self.rank)
@@ -118,17 +112,14 @@ class Unit:
         comm.broadcast(self.full, src=src, group=self.group)
 
     def repartition(self) -> None:
-        """Keep this rank's shard of the (edited) full buffer, in the fp32 master shard too."""
-        master = getattr(self, "master", self.part)  # a stage's fp32 master (mixed precision or offloaded)
-        if master is None:
-            raise NotImplementedError(f"editing '{self.name}' with GatheredParameters(modifier_rank=...) while its "
-                                      "optimizer states are on NVMe is not supported")
+        """Keep this rank's shard of the (edited) full buffer, and hand it to ``on_repartition``."""
+        shard = self.shard(self.full)
+        for keep in self.on_repartition:  # first: one that refuses leaves the partition as it was
+            keep(shard)
         if self.offload is not None:
-            self.offload.write_part(self, self.shard(self.full))
+            self.offload.write_part(self, shard)
         else:
-            self.part.copy_(self.shard(self.full))
-        if master is not self.part:
-            master.copy_(self.shard(self.full))
+            self.part.copy_(shard)
 
 
 class GatheredParameters:
