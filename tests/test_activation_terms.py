@@ -89,7 +89,7 @@ def test_tp_needs_whole_key_value_groups():
 
 
 def test_llama_options_train_like_their_unfused_references():
-    """The fused RMSNorm and SwiGLU give the gradients of their plain-torch definitions (fp32, rtol 1e-5)."""
+    """The fused RMSNorm and SwiGLU give the gradients of their plain-torch definitions (float64, rtol 1e-5)."""
     torch.manual_seed(0)
     x = torch.randn(4, 6, 16, dtype=torch.float64, requires_grad=True)
     norm = RMSNorm(16).double()

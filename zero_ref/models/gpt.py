@@ -94,20 +94,25 @@ class RMSNorm(nn.Module):
         return _RMSNorm.apply(x, self.weight, self.eps)
 
 
+def _acc(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in at least fp32 (16-bit inputs are computed in fp32, as the fused kernels do)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        rstd = torch.rsqrt(_acc(x).pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, rstd)
-        return (x.float() * rstd).to(x.dtype) * weight
+        return (_acc(x) * rstd).to(x.dtype) * weight
 
     @staticmethod
     def backward(ctx, grad):
         x, weight, rstd = ctx.saved_tensors
-        xhat = x.float() * rstd
-        g = grad.float() * weight.float()
+        xhat = _acc(x) * rstd
+        g = _acc(grad) * _acc(weight)
         dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-        dw = (grad.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+        dw = (_acc(grad) * xhat).reshape(-1, x.shape[-1]).sum(0)
         return dx.to(x.dtype), dw.to(weight.dtype), None
 
 
@@ -128,10 +133,10 @@ class _SwiGLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         gate_up, = ctx.saved_tensors
-        gate, up = gate_up.float().chunk(2, dim=-1)
+        gate, up = _acc(gate_up).chunk(2, dim=-1)
         sig = torch.sigmoid(gate)
-        d_gate = grad.float() * up * sig * (1 + gate * (1 - sig))
-        return torch.cat([d_gate, grad.float() * gate * sig], dim=-1).to(gate_up.dtype)
+        d_gate = _acc(grad) * up * sig * (1 + gate * (1 - sig))
+        return torch.cat([d_gate, _acc(grad) * gate * sig], dim=-1).to(gate_up.dtype)
 
 
 swiglu = _SwiGLU.apply
