@@ -442,7 +442,8 @@ def activation_terms(
 
         norms           each of the two keeps its input, 2sbh, and per-token statistics: mean and
                         rstd for LayerNorm, rstd alone for RMSNorm (``stat_bytes`` each: fp32 in the
-                        CUDA kernels; torch's CPU LayerNorm keeps them in the input dtype)
+                        CUDA kernels; torch's CPU LayerNorm keeps them in the input dtype; 0
+                        leaves them out, as Korthikanti does)
         attention       the QKV projection's input 2sbh; Q 2sbh; K and V 2·2sbd·g
                         eager: K and V expanded to all a heads (4sbh), softmax output 2as²b,
                                with dropout its 1-byte mask as²b and its output 2as²b
@@ -463,9 +464,10 @@ def activation_terms(
     them over the sequence. ``recompute``: 'selective' recomputes the attention core (the softmax
     terms go; Q and the unexpanded K, V stay as its inputs), 'full' keeps only the layer input.
     """
-    for name, value in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads), ("tp", tp),
-                        ("stat_bytes", stat_bytes)):
+    for name, value in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads), ("tp", tp)):
         _check_positive_int(name, value)
+    if stat_bytes != 0:  # 0: leave the statistics out, as Korthikanti does
+        _check_positive_int("stat_bytes", stat_bytes)
     for name, value, choices in (("mlp", mlp, MLPS), ("norm", norm, NORMS), ("attention", attention, ATTENTION),
                                  ("recompute", recompute, ("none", "selective", "full"))):
         if value not in choices:
@@ -483,8 +485,8 @@ def activation_terms(
     if recompute == "full":
         return ActivationTerms({"layer input": _exact(2 * sbh / r)})
     stats = (2 if norm == "layernorm" else 1) * stat_bytes * sb
-    terms = {"norm inputs": 2 * 2 * sbh / r, "norm statistics": 2 * stats / r, "QKV input": 2 * sbh / r,
-             "Q": 2 * sbh / t}
+    terms = {"norm inputs": 2 * 2 * sbh / r, **({"norm statistics": 2 * stats / r} if stats else {}),
+             "QKV input": 2 * sbh / r, "Q": 2 * sbh / t}
     expand = attention == "eager" and recompute == "none"
     terms["K, V" + (" (expanded to all heads)" if expand and g != a else "")] = 2 * 2 * sb * (h if expand else kv) / t
     if recompute == "none":
