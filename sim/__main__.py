@@ -3,4 +3,5 @@ import sys
 
 from sim.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (a torch-free check does) runs nothing
+    sys.exit(main())
