@@ -12,7 +12,10 @@ Each rung trades speed for GPU memory, in the order DeepSpeed's users are told t
 data parallel): the GPU bytes a rank needs at least (sim.bounds.memory_lower_bound: model states
 + activations in flight), the host memory and NVMe per node that the offloaded states take, and
 — with ``simulate=True`` — the simulated peak and step time. ``recommend`` returns the first
-rung that fits. When even the last rung does not fit the GPU, what is left is the activations
+rung that fits. With pipeline parallelism (pp > 1) DeepSpeed runs ZeRO-0 and ZeRO-1 only
+(deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__, 0.19.8: "ZeRO-2 and ZeRO-3 are
+incompatible with pipeline parallelism"), so by default those rungs are listed as not allowed;
+``framework="any"`` evaluates them as another framework (FSDP with pipelining) would run them. When even the last rung does not fit the GPU, what is left is the activations
 of the layers one GPU runs: that is the fourth idea's job (tensor / sequence / pipeline
 parallelism: raise tp or pp) or recomputation's.
 """
@@ -57,10 +60,11 @@ class Step:
     fits_nvme: bool
     peak_bytes: float | None = None
     step_time: float | None = None
+    allowed: bool = True  # False: the framework cannot run this rung with this split
 
     @property
     def fits(self) -> bool:
-        return self.fits_gpu and self.fits_cpu and self.fits_nvme
+        return self.allowed and self.fits_gpu and self.fits_cpu and self.fits_nvme
 
 
 def cluster_of(gpu: str, gpus: int, **overrides) -> Cluster:
@@ -74,13 +78,16 @@ def cluster_of(gpu: str, gpus: int, **overrides) -> Cluster:
 
 def ladder(model: Model, cluster: Cluster, *, tp: int = 1, pp: int = 1, micro_batch_size: int = 1,
            num_microbatches: int = 1, recompute: str = "full", precision: str | None = None,
-           memory_fraction: float = 0.9, simulate: bool = False, costs=None) -> list[Step]:
+           memory_fraction: float = 0.9, simulate: bool = False, costs=None, framework: str = "deepspeed",
+           attention: str = "eager") -> list[Step]:
     """Every rung of ``RUNGS`` for ``model`` on ``cluster`` split tp × pp × (the rest data parallel).
 
     A rung fits when its GPU bytes are at most ``memory_fraction`` × HBM (the simulated peak
     when ``simulate``, else the lower bound) and its offloaded states fit the nodes' host memory
-    and NVMe.
+    and NVMe, and the ``framework`` ('deepspeed' or 'any') can run it.
     """
+    if framework not in ("deepspeed", "any"):
+        raise ValueError(f"framework must be 'deepspeed' or 'any', got {framework!r}")
     if cluster.world_size % (tp * pp):
         raise ValueError(f"{cluster.world_size} GPUs do not split into tp {tp} × pp {pp}")
     dp = cluster.world_size // (tp * pp)
@@ -91,11 +98,12 @@ def ladder(model: Model, cluster: Cluster, *, tp: int = 1, pp: int = 1, micro_ba
         plan = Plan(zero_stage=rung.zero_stage, tp=tp, pp=pp, dp=dp, micro_batch_size=micro_batch_size,
                     num_microbatches=num_microbatches, recompute=recompute, precision=precision,
                     sequence_parallel=tp > 1, offload_optimizer=rung.offload_optimizer,
-                    offload_param=rung.offload_param)
+                    offload_param=rung.offload_param, attention=attention)
         need = memory_lower_bound(model, plan)
         step = Step(rung, plan, need["total"], need["cpu"] * gpn, need["nvme"] * gpn, need["total"] <= limit,
-                    need["cpu"] * gpn <= cluster.cpu_bytes, need["nvme"] * gpn <= cluster.nvme_bytes)
-        if simulate:
+                    need["cpu"] * gpn <= cluster.cpu_bytes, need["nvme"] * gpn <= cluster.nvme_bytes,
+                    allowed=framework == "any" or pp == 1 or rung.zero_stage <= 1)
+        if simulate and step.allowed:
             r = run_simulation(model, cluster, plan, costs, granularity=granularity_for(model, plan))
             step.peak_bytes, step.step_time = r.peak_gpu_bytes, r.step_time
             step.fits_gpu = r.peak_gpu_bytes <= limit
@@ -117,7 +125,8 @@ def ladder_table(steps: list[Step], cluster: Cluster, memory_fraction: float = 0
     for s in steps:
         gpu = s.peak_bytes if s.peak_bytes is not None else s.gpu_bytes
         why = "yes" if s.fits else "no: " + ", ".join(
-            w for w, ok in (("GPU", s.fits_gpu), ("host", s.fits_cpu), ("NVMe", s.fits_nvme)) if not ok)
+            w for w, ok in (("DeepSpeed pp", s.allowed), ("GPU", s.fits_gpu), ("host", s.fits_cpu),
+                            ("NVMe", s.fits_nvme)) if not ok)
         mark = " ←" if s is first else ""
         time = f"{s.step_time:9.3f}" if s.step_time is not None else ""
         lines.append(f"{s.rung.name:<37}{gpu / gib:8.1f}{s.cpu_bytes_per_node / gib:14.0f}"

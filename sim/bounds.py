@@ -6,8 +6,8 @@ discarded plan must be one the simulator would also reject (or rank lower), so b
 
 Memory. The static model states (zero_ref.memory, exactly as sim.memory_timeline places them)
 plus what stage 0 provably holds when its first backward starts: the activations of every
-micro-batch chunk in flight (the schedule's warm-up forwards and one more; Korthikanti's bytes
-per layer), the layer the backward recomputes (with recomputation), ZeRO-3's gathered layer and
+micro-batch chunk in flight (the schedule's warm-up forwards and one more; the model's bytes
+per layer, zero_ref.memory.activation_terms), the layer the backward recomputes (with recomputation), ZeRO-3's gathered layer and
 ZeRO-2/3's first unreduced gradient bucket — each at least one layer's worth, whatever the graph's
 granularity.
 
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from sim.cost import (CostModel, attention_core_flops, head_forward_flops, layer_elementwise_bytes,
+from sim.cost import (CostModel, head_forward_flops, layer_backward_flops, layer_elementwise_bytes,
                       layer_forward_flops)
 from sim.memory_timeline import static_bytes
-from zero_ref.memory import activation_bytes_per_layer, recipe
+from zero_ref.memory import recipe
 from zero_ref.parallel.schedules import warmup_count
 
 
@@ -42,9 +42,8 @@ def _is_zero3_gathering(plan) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _layer_activations(model, batch, tp, sp, recompute, width) -> float:
-    return width * activation_bytes_per_layer(model.seq, batch, model.hidden, model.heads, tp=tp, sp=sp,
-                                              recompute=recompute)
+def _layer_activations(model, batch, tp, sp, recompute, width, attention) -> float:
+    return width * model.activation_terms(batch, tp=tp, sp=sp, recompute=recompute, attention=attention).total
 
 
 def memory_lower_bound(model, plan) -> dict[str, float]:
@@ -57,7 +56,7 @@ def memory_lower_bound(model, plan) -> dict[str, float]:
     states = sum(static["gpu"].values())
     p, v, m = plan.pp, plan.virtual, plan.num_microbatches
     b, tp, sp, rc = plan.micro_batch_size, plan.tp, plan.sequence_parallel, plan.recompute
-    act = lambda r: _layer_activations(model, b, tp, sp, r, _width(plan))
+    act = lambda r: _layer_activations(model, b, tp, sp, r, _width(plan), plan.attention)
     per_chunk = model.layers // (p * v)
     in_flight = min(warmup_count(plan.schedule, p, m, 0, v) + 1, v * m)
     activations = in_flight * per_chunk * act(rc)
@@ -89,8 +88,8 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     rc, sp, width = plan.recompute, plan.sequence_parallel, _width(plan)
     n = model.layers // (p * v)  # layers per model chunk
     fwd = layer_forward_flops(model, b) / tp
-    bwd = 2 * fwd + {"none": 0.0, "selective": attention_core_flops(model, b) / tp, "full": fwd}[rc]
-    ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width)
+    bwd = layer_backward_flops(model, b, rc, plan.attention) / tp
+    ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width, attention=plan.attention)
     ew_b = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"], "full": ew["forward"]}[rc]
     f_c, b_c = d(("compute", n * fwd, n * ew["forward"], 1)), d(("compute", n * bwd, n * ew_b, 1))
     if tp > 1:

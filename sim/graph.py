@@ -35,8 +35,8 @@ splits Ψ evenly over tp·pp; the output head's FLOPs (2bshV) run on the last st
 """
 from __future__ import annotations
 
-from zero_ref.memory import activation_bytes_per_layer, recipe
-from sim.cost import attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_forward_flops
+from zero_ref.memory import recipe
+from sim.cost import head_forward_flops, layer_backward_flops, layer_elementwise_bytes, layer_forward_flops
 from sim.pipeline import dependency, schedule_order
 
 STREAMS = ("compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "nvme", "cpu")
@@ -141,8 +141,7 @@ class _Lowering:
 
     def __init__(self, model, plan, granularity, head: bool):
         p, v, m, tp, dp = plan.pp, plan.virtual, plan.num_microbatches, plan.tp, plan.dp
-        if model.heads % tp:
-            raise ValueError(f"Model.heads {model.heads} must be divisible by Plan.tp {tp}")
+        model.check_tp(tp)
         self.model, self.plan, self.p, self.v, self.m, self.tp, self.dp = model, plan, p, v, m, tp, dp
         self.z3 = plan.zero_stage == 3 and (dp > 1 or plan.offload_param != "none")
         self.sizes = layer_split(model.layers, p * v)  # layers of virtual stage c·p + s
@@ -153,13 +152,13 @@ class _Lowering:
         self.K, self.pb, self.gb = r.K, r.bytes_per_param("params"), r.bytes_per_param("grads")
         width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
         b, sp, rc = plan.micro_batch_size, plan.sequence_parallel, plan.recompute
+        att = plan.attention
         fwd = layer_forward_flops(model, b) / tp
-        bwd = 2 * fwd + {"none": 0, "selective": attention_core_flops(model, b) / tp, "full": fwd}[rc]
+        bwd = layer_backward_flops(model, b, rc, att) / tp
         hf = head_forward_flops(model, b) / tp if head else 0.0
         # element-wise kernels' bytes, forward and backward (plus what the backward recomputes)
-        act = lambda rec: width * activation_bytes_per_layer(model.seq, b, model.hidden, model.heads,
-                                                             tp=tp, sp=sp, recompute=rec)
-        ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width)
+        act = lambda rec: width * model.activation_terms(b, tp=tp, sp=sp, recompute=rec, attention=att).total
+        ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width, attention=att)
         ew_f, ew_b = ew["forward"], ew["backward"] + {"none": 0.0, "selective": ew["attention_core"],
                                                       "full": ew["forward"]}[rc]
         # compute of a group of k layers, forward and backward: [plain, with the output head]

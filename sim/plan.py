@@ -14,6 +14,7 @@ from sim.config import one_of, positive_int
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
 _DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
@@ -31,6 +32,12 @@ class Plan:
     global norm all-reduce that makes every stage wait for the slowest before its optimizer step.
     The bucket sizes and clipping default to DeepSpeed's; ``overlap_comm`` is on at every stage
     (DeepSpeed turns it on for stage 3 only, which ``from_deepspeed`` follows).
+    ``attention``: 'eager' materialises the a·s² attention scores (and keeps them for backward),
+    'flash' (FlashAttention) keeps a log-sum-exp per head and token instead and recomputes the
+    scores in backward (zero_ref.memory.activation_terms, sim.cost.layer_backward_flops). The
+    default is 'eager' because the published runs the simulator is calibrated and validated on
+    (Megatron-LM and DeepSpeed, 2020–2022) materialised the scores; plans for today's runs say
+    'flash' (``python -m sim plan`` does).
     """
 
     zero_stage: int = 0
@@ -50,6 +57,7 @@ class Plan:
     reduce_bucket_size: int = _DEEPSPEED.zero_optimization.reduce_bucket_size
     allgather_bucket_size: int = _DEEPSPEED.zero_optimization.allgather_bucket_size
     gradient_clipping: float = _DEEPSPEED.gradient_clipping
+    attention: str = "eager"
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -59,6 +67,7 @@ class Plan:
             positive_int("Plan", f, getattr(self, f))
         one_of("Plan", "schedule", self.schedule, SCHEDULES)
         one_of("Plan", "recompute", self.recompute, RECOMPUTE)
+        one_of("Plan", "attention", self.attention, ATTENTION)
         one_of("Plan", "precision", self.precision, tuple(RECIPES) + tuple(ALIASES))
         one_of("Plan", "offload_optimizer", self.offload_optimizer, OFFLOAD)
         one_of("Plan", "offload_param", self.offload_param, OFFLOAD)
@@ -98,7 +107,7 @@ class Plan:
         are accepted and do not change the plan. The plan takes the batch, the precision,
         zero_optimization's stage, overlap_comm, bucket sizes and offload devices, and
         gradient_clipping. ``overrides`` set fields DeepSpeed's config does not hold (schedule,
-        virtual, recompute, sequence_parallel).
+        virtual, recompute, sequence_parallel, attention).
         """
         if not isinstance(config, dict):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
@@ -120,9 +129,9 @@ class Plan:
         the accumulation steps being the pipeline's micro-batches), bf16/fp16, zero_optimization
         and gradient_clipping. The rest of a plan is not in a DeepSpeed config: tp and pp belong to
         the launcher and the model (Megatron's mpu, DeepSpeed's PipelineModule), recompute,
-        sequence_parallel, schedule and virtual to the model code. So
+        sequence_parallel, schedule, virtual and attention to the model code. So
         ``Plan.from_deepspeed(plan.to_deepspeed(), plan.world_size, plan.tp, plan.pp, recompute=...,
-        sequence_parallel=..., schedule=..., virtual=...) == plan``. NVMe offload writes ``nvme_path``;
+        sequence_parallel=..., schedule=..., virtual=..., attention=...) == plan``. NVMe offload writes ``nvme_path``;
         ``extra`` adds top-level sections (an "optimizer", "steps_per_print", ...).
         """
         precision = ALIASES.get(self.precision, self.precision)

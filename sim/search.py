@@ -8,10 +8,13 @@
 
 Three steps.
 
-1. Enumerate (``Space``): tp divides the heads and fits in a node, pp divides the layers,
+1. Enumerate (``Space``): tp divides the heads (and the key/value groups) and fits in a node
+   unless ``Space.tp`` names larger degrees, pp divides the layers,
    dp = world / (tp·pp); ZeRO stage 0–3; a micro-batch size, with the accumulation steps
    (= pipeline micro-batches) that reach the global batch; 1F1B or interleaved (v chunks per
-   stage); recomputation none / selective / full; sequence parallelism; offload options.
+   stage); recomputation none / selective / full; sequence parallelism; offload options. By
+   default only what DeepSpeed 0.19.8 runs: ZeRO-2 and ZeRO-3 only without pipeline parallelism
+   (``Space.framework='any'`` lifts it, e.g. for FSDP with pipelining).
 2. Prune with the static memory model (sim.bounds.memory_lower_bound: model states + the
    activations and buffers stage 0 provably holds). A plan whose *lower bound* exceeds the
    memory limit cannot fit, so it is rejected without simulating it; the table says why.
@@ -57,10 +60,30 @@ class Space:
     offload: tuple[tuple[str, str], ...] = OFFLOADS  # (offload_optimizer, offload_param)
     precision: str | None = None                  # None: bf16 where the GPU has it, else fp16
     gradient_clipping: float = 1.0
-    # The highest ZeRO stage allowed together with pp > 1. DeepSpeed's PipelineEngine refuses
-    # stages 2 and 3 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism") and
-    # Megatron's distributed optimizer is stage 1; FSDP + pipelining (torchtitan) runs stage 3.
-    max_zero_with_pp: int = 3
+    attention: str = "eager"                    # every plan's attention ('flash' for today's runs)
+    # Which framework must be able to run the plan. 'deepspeed': DeepSpeed 0.19.8's
+    # PipelineEngine.__init__ (deepspeed/runtime/pipe/engine.py) asserts
+    # zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are incompatible
+    # with pipeline parallelism", so with pp > 1 the stage is at most 1 (Megatron's distributed
+    # optimizer is stage 1 too). 'any': every stage with every pp (FSDP + pipelining runs stage 3).
+    framework: str = "deepspeed"
+    # The highest ZeRO stage allowed together with pp > 1; None: the framework's (1 or 3).
+    max_zero_with_pp: int | None = None
+
+    def __post_init__(self):
+        if self.framework not in ("deepspeed", "any"):
+            raise ValueError(f"Space.framework must be 'deepspeed' or 'any', got {self.framework!r}")
+        if self.attention not in ("eager", "flash"):
+            raise ValueError(f"Space.attention must be 'eager' or 'flash', got {self.attention!r}")
+        if self.max_zero_with_pp is not None and self.max_zero_with_pp not in (0, 1, 2, 3):
+            raise ValueError(f"Space.max_zero_with_pp must be 0-3 or None, got {self.max_zero_with_pp!r}")
+
+    @property
+    def zero_with_pp(self) -> int:
+        """The highest ZeRO stage a plan with pp > 1 may use."""
+        if self.max_zero_with_pp is not None:
+            return self.max_zero_with_pp
+        return 1 if self.framework == "deepspeed" else 3
 
 
 @dataclass
@@ -153,7 +176,9 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
     space = space or Space()
     world, gpn = cluster.world_size, cluster.gpus_per_node
     precision = space.precision or ("bf16" if cluster.gpu.bf16 else "fp16")
-    tps = [t for t in (space.tp or _divisors(gpn)) if model.heads % t == 0 and t <= gpn and world % t == 0]
+    # TP within a node unless the space names the degrees; whole heads and key/value groups per rank
+    tps = [t for t in (space.tp or _divisors(gpn)) if model.heads % t == 0 and model.key_value_heads % t == 0
+           and (t <= gpn or space.tp is not None) and world % t == 0]
     pps = [p for p in (space.pp or _divisors(model.layers)) if model.layers % p == 0]
     plans = []
     for tp, pp in itertools.product(tps, pps):
@@ -171,12 +196,12 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
             for (schedule, v), zero, rc, sp, (off_opt, off_par) in itertools.product(
                     schedules, space.zero_stages, space.recompute, sps, space.offload):
                 if (off_opt != "none" and zero == 0) or (off_par != "none" and zero != 3) \
-                        or (off_opt == "nvme" and zero != 3) or (pp > 1 and zero > space.max_zero_with_pp):
+                        or (off_opt == "nvme" and zero != 3) or (pp > 1 and zero > space.zero_with_pp):
                     continue
                 plans.append(Plan(zero_stage=zero, tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, num_microbatches=m,
                                   schedule=schedule, virtual=v, recompute=rc, sequence_parallel=sp,
                                   precision=precision, offload_optimizer=off_opt, offload_param=off_par,
-                                  gradient_clipping=space.gradient_clipping))
+                                  gradient_clipping=space.gradient_clipping, attention=space.attention))
     return plans
 
 

@@ -80,3 +80,17 @@ def test_bad_input():
         advice.cluster_of("A100-80GB", 0)
     with pytest.raises(ValueError, match="do not split into tp 3"):
         advice.ladder(sim.Model.preset("gpt3-1.3b"), advice.cluster_of("A100-80GB", 8), tp=3)
+
+
+def test_deepspeed_runs_no_zero_2_or_3_with_pipeline_parallelism():
+    model, cluster = sim.Model.preset("llama-13b"), advice.cluster_of("A100-80GB", 64)
+    steps = advice.ladder(model, cluster, tp=8, pp=4)
+    assert [s.allowed for s in steps] == [s.rung.zero_stage <= 1 for s in steps]
+    assert not any(s.fits for s in steps if s.rung.zero_stage >= 2)
+    assert "no: DeepSpeed pp" in advice.ladder_table(steps, cluster)
+    anything = advice.ladder(model, cluster, tp=8, pp=4, framework="any")
+    assert all(s.allowed for s in anything)
+    assert [s.gpu_bytes for s in anything] == [s.gpu_bytes for s in steps]
+    assert all(s.allowed for s in advice.ladder(model, cluster, tp=8, pp=1))
+    with pytest.raises(ValueError, match="framework"):
+        advice.ladder(model, cluster, framework="megatron")

@@ -122,11 +122,27 @@ def test_enumeration_respects_the_rules():
         assert model.heads % p.tp == 0 and p.tp <= 8 and model.layers % (p.pp * p.virtual) == 0
         assert p.world_size == 16 and p.global_batch == 64
         assert not (p.offload_param != "none" and p.zero_stage != 3)
-    deepspeed = search.enumerate_plans(model, cluster, 64, search.Space(max_zero_with_pp=1))
+    # by default only what DeepSpeed runs: ZeRO-2/3 without pipeline parallelism (PipelineEngine's assert)
+    deepspeed = search.enumerate_plans(model, cluster, 64)
     assert {p.zero_stage for p in deepspeed if p.pp > 1} == {0, 1}
     assert {p.zero_stage for p in deepspeed if p.pp == 1} == {0, 1, 2, 3}
-    tps = {p.tp for p in search.enumerate_plans(model, cluster, 64)}
+    anything = search.enumerate_plans(model, cluster, 64, search.Space(framework="any"))
+    assert {p.zero_stage for p in anything if p.pp > 1} == {0, 1, 2, 3}
+    assert set(deepspeed) < set(anything)
+    assert search.enumerate_plans(model, cluster, 64, search.Space(max_zero_with_pp=1)) == deepspeed
+    tps = {p.tp for p in deepspeed}
     assert tps == {1, 2, 4, 8} - {p for p in (1, 2, 4, 8) if 40 % p}
+    # TP across nodes only when asked for by name
+    assert {p.tp for p in search.enumerate_plans(model, sim.Cluster.preset("A100-80GB", nodes=4), 64,
+                                                 search.Space(tp=(8, 16)))} == {8}  # 40 heads: not 16
+    wide = sim.Model.preset("llama-2-7b")
+    assert {p.tp for p in search.enumerate_plans(wide, sim.Cluster.preset("A100-80GB", nodes=4), 64,
+                                                 search.Space(tp=(16,)))} == {16}
+    # key/value groups must split too: Llama-3-8B has 8
+    assert max(p.tp for p in search.enumerate_plans(sim.Model.preset("llama-3-8b"), cluster, 64,
+                                                    search.Space(tp=(8, 16)))) == 8
+    with pytest.raises(ValueError, match="framework"):
+        search.Space(framework="fsdp")
 
 
 def test_pareto_front_is_not_dominated_and_the_pareto_search_finds_all_of_it(exhaustive):

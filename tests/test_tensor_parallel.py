@@ -11,7 +11,7 @@ selective and full recompute. One launch per tp size runs everything and returns
 import pytest
 
 import zero_ref
-from zero_ref.memory import activation_bytes_per_layer
+from zero_ref.memory import activation_bytes_per_layer, activation_terms
 
 RTOL, ATOL = 1e-5, 1e-6
 S, B, H, A, V = 8, 2, 32, 4, 64  # sequence, batch, hidden, heads, vocab
@@ -202,6 +202,8 @@ def test_block_activation_bytes_equal_korthikanti(results):
         for (sp, rc), measured in r["acts"].items():
             ln_stats = 0 if rc == "full" else 2 * 2 * 2 * S * B // (t if sp else 1)  # 2 LNs × (mean, rstd) × sb
             assert measured == activation_bytes_per_layer(S, B, H, A, tp=t, sp=sp, recompute=rc) + ln_stats
+            # the term-by-term count (its norm statistics in bf16, as torch's CPU LayerNorm keeps them)
+            assert measured == activation_terms(S, B, H, A, tp=t, sp=sp, recompute=rc, stat_bytes=2).total
 
 
 def test_bad_sizes_are_clear_errors(results):

@@ -332,13 +332,16 @@ def transformer_param_count(
     tied: bool = True,
     gated: bool = False,
     norm: str = "layernorm",
+    heads: int | None = None,
+    kv_heads: int | None = None,
 ) -> int:
     """Parameters of a decoder-only transformer: 12h² + 13h per layer for GPT-2 (4h MLP, biases).
 
     Per layer: attention 4h² (+4h bias), MLP 2·h·f (+f+h bias) — or 3·h·f for a gated (SwiGLU)
     MLP as in LLaMA — and two norms (LayerNorm 2h each, RMSNorm h each). Plus the token embedding
     V·h, learned positions s·h (if ``seq_len``), the final norm, and an output head V·h unless it
-    is tied to the embedding.
+    is tied to the embedding. With grouped-query attention (``kv_heads`` < ``heads``) the k and v
+    projections map h to kv_heads · h/heads each: attention 2h² + 2h²·kv_heads/heads.
 
     >>> transformer_param_count(80, 8192, 32000, ffn_hidden=22016, bias=False, tied=False,
     ...                         gated=True, norm="rmsnorm")   # LLaMA-65B
@@ -349,11 +352,23 @@ def transformer_param_count(
     if norm not in ("layernorm", "rmsnorm"):
         raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {norm!r}")
     h, f = hidden, ffn_hidden or 4 * hidden
+    kv = h if kv_heads is None else _kv_width(h, heads, kv_heads)  # width of the k (and of the v) projection
     norm_params = 2 * h if norm == "layernorm" else h
     mlp = (3 if gated else 2) * h * f + ((2 * f if gated else f) + h if bias else 0)
-    per_layer = 4 * h * h + (4 * h if bias else 0) + mlp + 2 * norm_params
+    per_layer = 2 * h * h + 2 * h * kv + (2 * h + 2 * kv if bias else 0) + mlp + 2 * norm_params
     total = num_layers * per_layer + vocab * h + norm_params + (seq_len or 0) * h
     return total + (0 if tied else vocab * h)
+
+
+def _kv_width(hidden: int, heads, kv_heads) -> int:
+    """kv_heads × head dimension, after checking that the heads group evenly."""
+    if heads is None:
+        raise ValueError("kv_heads needs heads (the head dimension is hidden / heads)")
+    _check_positive_int("heads", heads)
+    _check_positive_int("kv_heads", kv_heads)
+    if hidden % heads or heads % kv_heads:
+        raise ValueError(f"heads={heads} must divide hidden={hidden} and be a multiple of kv_heads={kv_heads}")
+    return kv_heads * (hidden // heads)
 
 
 # ---------------------------------------------------------------- activations
@@ -391,6 +406,108 @@ def activation_bytes(num_layers: int, seq: int, batch: int, hidden: int, heads: 
     """Activation bytes of ``num_layers`` transformer layers (embedding and head not included)."""
     _check_positive_int("num_layers", num_layers)
     return num_layers * activation_bytes_per_layer(seq, batch, hidden, heads, **kw)
+
+
+ATTENTION = ("eager", "flash")
+MLPS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class ActivationTerms:
+    """The bytes one layer keeps for backward, tensor by tensor (``terms``: name → bytes)."""
+
+    terms: dict
+
+    @property
+    def total(self) -> int | float:
+        return _exact(sum(Fraction(v) for v in self.terms.values()))
+
+    def table(self, unit: int = 1) -> str:
+        width = max(map(len, self.terms))
+        rows = [f"{name:<{width}}  {v / unit:>14,.6g}" for name, v in self.terms.items()]
+        return "\n".join(rows + [f"{'total':<{width}}  {self.total / unit:>14,.6g}"])
+
+
+def activation_terms(
+    seq: int, batch: int, hidden: int, heads: int, *, kv_heads: int | None = None, ffn: int | None = None,
+    mlp: str = "gelu", norm: str = "layernorm", attention: str = "eager", dropout: bool = True,
+    tp: int = 1, sp: bool = False, recompute: str = "none", stat_bytes: int = 4,
+) -> ActivationTerms:
+    """The tensors one transformer layer keeps for backward, by name, in bytes (16-bit activations).
+
+    Korthikanti et al.'s count (arXiv 2205.05198, §4.1) taken term by term and opened up for the
+    blocks trained today. x is an s·b·h activation (2sbh bytes), f the MLP width (``ffn``, 4h by
+    default), a the heads and g = ``kv_heads`` the key/value heads (d = h/a each):
+
+        norms           each of the two keeps its input, 2sbh, and per-token statistics: mean and
+                        rstd for LayerNorm, rstd alone for RMSNorm (``stat_bytes`` each: fp32 in the
+                        CUDA kernels; torch's CPU LayerNorm keeps them in the input dtype; 0
+                        leaves them out, as Korthikanti does)
+        attention       the QKV projection's input 2sbh; Q 2sbh; K and V 2·2sbd·g
+                        eager: K and V expanded to all a heads (4sbh), softmax output 2as²b,
+                               with dropout its 1-byte mask as²b and its output 2as²b
+                        flash: no s×s tensor; the softmax statistics instead, one fp32 log-sum-exp
+                               per head and token, 4asb (its dropout keeps an RNG seed, not a mask)
+                        the output projection's input 2sbh (flash's saved output is this tensor)
+        MLP             its input 2sbh; GeLU: fc1's output (GeLU's input) 2sbf and fc2's input
+                        2sbf; SwiGLU (fused, as Megatron's bias_swiglu keeps it): the gate and up
+                        outputs 4sbf and the down projection's input 2sbf
+        dropout         a 1-byte mask after attention and after the MLP, sbh each
+
+    With ``dropout``, Korthikanti's GPT block (eager, GeLU, LayerNorm, g = a) is
+    34sbh + 5as²b plus the norm statistics (``activation_bytes_per_layer``).
+
+    Tensor parallelism (``tp`` = t) splits the heads (g must divide by t, as Megatron's
+    ``divide(num_query_groups, tp)`` asserts) and the MLP width; the norms, their inputs, the QKV
+    and MLP inputs and the dropout masks stay whole unless sequence parallelism (``sp``) splits
+    them over the sequence. ``recompute``: 'selective' recomputes the attention core (the softmax
+    terms go; Q and the unexpanded K, V stay as its inputs), 'full' keeps only the layer input.
+    """
+    for name, value in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads), ("tp", tp)):
+        _check_positive_int(name, value)
+    if stat_bytes != 0:  # 0: leave the statistics out, as Korthikanti does
+        _check_positive_int("stat_bytes", stat_bytes)
+    for name, value, choices in (("mlp", mlp, MLPS), ("norm", norm, NORMS), ("attention", attention, ATTENTION),
+                                 ("recompute", recompute, ("none", "selective", "full"))):
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    g = heads if kv_heads is None else kv_heads
+    kv = _kv_width(hidden, heads, g)
+    if ffn is not None:
+        _check_positive_int("ffn", ffn)
+    if heads % tp or g % tp:
+        raise ValueError(f"tp={tp} must divide heads={heads} and kv_heads={g} (Megatron splits whole "
+                         "heads and key/value groups)")
+    s, b, h, a, f = seq, batch, hidden, heads, ffn or 4 * hidden
+    t, r = Fraction(tp), Fraction(tp if sp else 1)  # t splits the interiors; r the rest (with SP)
+    sb, sbh = s * b, s * b * h
+    if recompute == "full":
+        return ActivationTerms({"layer input": _exact(2 * sbh / r)})
+    stats = (2 if norm == "layernorm" else 1) * stat_bytes * sb
+    terms = {"norm inputs": 2 * 2 * sbh / r, **({"norm statistics": 2 * stats / r} if stats else {}),
+             "QKV input": 2 * sbh / r, "Q": 2 * sbh / t}
+    expand = attention == "eager" and recompute == "none"
+    terms["K, V" + (" (expanded to all heads)" if expand and g != a else "")] = 2 * 2 * sb * (h if expand else kv) / t
+    if recompute == "none":
+        if attention == "eager":
+            terms["softmax output"] = 2 * a * s * sb / t
+            if dropout:
+                terms["attention dropout mask"] = a * s * sb / t
+                terms["attention dropout output"] = 2 * a * s * sb / t
+        else:
+            terms["softmax statistics (log-sum-exp)"] = 4 * a * sb / t
+    terms["out-projection input"] = 2 * sbh / t
+    terms["MLP input"] = 2 * sbh / r
+    if mlp == "gelu":
+        terms["GeLU input"] = 2 * sb * f / t
+        terms["fc2 input"] = 2 * sb * f / t
+    else:
+        terms["gate and up outputs"] = 4 * sb * f / t
+        terms["down-projection input"] = 2 * sb * f / t
+    if dropout:
+        terms["hidden dropout masks"] = 2 * sbh / r
+    return ActivationTerms({k: _exact(Fraction(v)) for k, v in terms.items()})
 
 
 # ---------------------------------------------------------------- "do I need ZeRO?"

@@ -5,7 +5,7 @@ RIGHT = {
     "24.2": '''
 for mbs in sorted(candidates, reverse=True):
     plan = sim.Plan(zero_stage=1, tp=8, pp=8, dp=4, micro_batch_size=mbs, num_microbatches=2048 // (4 * mbs),
-                    recompute="selective", sequence_parallel=True, precision="bf16")
+                    recompute="selective", sequence_parallel=True, precision="bf16", attention="flash")
     r = sim.simulate(model, cluster, plan, COSTS, granularity=search.granularity_for(model, plan))
     if r.peak_gpu_bytes <= limit:
         return [mbs, r.step_time]

@@ -18,8 +18,8 @@ WRONG = {
     "29.1": '''
 states = model_state_bytes(model.num_params, zero_stage=plan.zero_stage, dp=plan.dp,
                            precision=plan.precision, tp=plan.tp, pp=plan.pp).total
-per_layer = activation_bytes_per_layer(model.seq, plan.micro_batch_size, model.hidden, model.heads,
-                                       tp=plan.tp, sp=plan.sequence_parallel)
+per_layer = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel,
+                                   attention=plan.attention).total
 return states + min(plan.pp, plan.num_microbatches) * model.layers * per_layer
 ''',
 }
