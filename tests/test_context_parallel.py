@@ -52,7 +52,7 @@ def run(rank, world, kind):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("kind", ["ring"])
+@pytest.mark.parametrize("kind", ["ring", "ulysses"])
 def test_equals_single_device_attention(kind, world):
     results = zero_ref.launch(run, world, kind, timeout=120, echo=False)
     merge = zigzag_merge if kind == "ring" else torch.cat
@@ -90,3 +90,30 @@ def test_bad_shapes_name_the_numbers():
     with pytest.raises(ValueError, match="sequence length 12 .* 2·cp = 8"):
         context.check_zigzag(12, 4)
 
+
+def with_deepspeed(rank, world):
+    """DeepSpeed 0.19.8's DistributedAttention and ulysses_attention on the same shards: (out, dq, dk, dv) each."""
+    import os
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    import deepspeed
+    import torch.distributed as dist
+    from deepspeed.sequence.layer import DistributedAttention
+    from zero_ref.parallel.ulysses import ulysses_attention
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    q, k, v, dout = (t.chunk(world)[rank].contiguous() for t in inputs())
+    ds = DistributedAttention(causal_attention, dist.group.WORLD)   # scatter heads (2), gather sequence (0)
+    runs = []
+    for attend in (lambda *t: ds(*t, batch_dim_idx=1), lambda *t: ulysses_attention(*t)):
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        out = attend(qq, kk, vv)
+        out.backward(dout)
+        runs.append((out.detach(), qq.grad, kk.grad, vv.grad))
+    return runs
+
+
+def test_ulysses_equals_deepspeed_distributed_attention():
+    # the same permutations around the same local attention: equal to the bit
+    for ds, ours in zero_ref.launch(with_deepspeed, 2, timeout=300, echo=False):
+        for name, a, b in zip(("out", "dq", "dk", "dv"), ds, ours):
+            assert torch.equal(a, b), name

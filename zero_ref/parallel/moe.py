@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from zero_ref import comm
 from zero_ref.models.gpt import GPT, MLP, GPTConfig
+from zero_ref.parallel.mappings import all_to_all  # differentiable: the backward sends gradients back
 
 
 # ------------------------------------------------------------------ gating
@@ -94,27 +95,6 @@ def top_k_gating(logits: torch.Tensor, k: int, capacity_factor: float, min_capac
     first = F.one_hot(top_e[:, 0], e).float()
     aux = e * (probs.mean(0) * first.mean(0)).sum()
     return Routing(top_e, top_e * c + position, weight, kept, c, aux)
-
-
-class _AllToAll(torch.autograd.Function):
-    """Forward: equal-split all-to-all over ``group`` (chunk j of dim 0 goes to rank j).
-    Backward: the same all-to-all on the gradient (it sends each chunk back where it came from)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
-        ctx.group = group
-        out = torch.empty_like(x)
-        comm.all_to_all(out, x.contiguous(), group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return _AllToAll.apply(grad.contiguous(), ctx.group), None
-
-
-def all_to_all(x: torch.Tensor, group) -> torch.Tensor:
-    """Differentiable equal-split all-to-all (see ``_AllToAll``)."""
-    return _AllToAll.apply(x, group)
 
 
 # ------------------------------------------------------------------ the layer
