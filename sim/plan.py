@@ -15,6 +15,7 @@ from sim.config import one_of, positive_int
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "cpu", "nvme")
+CP_KINDS = ("ring", "ulysses")
 _DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
 
@@ -30,7 +31,9 @@ class Plan:
     ``offload_optimizer``/``offload_param`` 'none' | 'cpu' | 'nvme'. ``gradient_clipping`` > 0 adds a
     global norm all-reduce that makes every stage wait for the slowest before its optimizer step.
     The bucket sizes and clipping default to DeepSpeed's; ``overlap_comm`` is on at every stage
-    (DeepSpeed turns it on for stage 3 only, which ``from_deepspeed`` follows).
+    (DeepSpeed turns it on for stage 3 only, which ``from_deepspeed`` follows). ``cp`` splits each
+    sequence over a context-parallel group, ``cp_kind`` 'ring' (ring attention) or 'ulysses'
+    (DeepSpeed-Ulysses); the world is tp × cp × pp × dp, and ``sim.context`` prices it.
     """
 
     zero_stage: int = 0
@@ -50,11 +53,13 @@ class Plan:
     reduce_bucket_size: int = _DEEPSPEED.zero_optimization.reduce_bucket_size
     allgather_bucket_size: int = _DEEPSPEED.zero_optimization.allgather_bucket_size
     gradient_clipping: float = _DEEPSPEED.gradient_clipping
+    cp: int = 1
+    cp_kind: str = "ring"
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
             raise ValueError(f"Plan.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
-        for f in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "virtual",
+        for f in ("tp", "pp", "dp", "cp", "micro_batch_size", "num_microbatches", "virtual",
                   "reduce_bucket_size", "allgather_bucket_size"):
             positive_int("Plan", f, getattr(self, f))
         one_of("Plan", "schedule", self.schedule, SCHEDULES)
@@ -62,6 +67,7 @@ class Plan:
         one_of("Plan", "precision", self.precision, tuple(RECIPES) + tuple(ALIASES))
         one_of("Plan", "offload_optimizer", self.offload_optimizer, OFFLOAD)
         one_of("Plan", "offload_param", self.offload_param, OFFLOAD)
+        one_of("Plan", "cp_kind", self.cp_kind, CP_KINDS)
         if self.virtual > 1 and self.schedule != "interleaved":
             raise ValueError(f"Plan.virtual={self.virtual} needs schedule='interleaved' (got {self.schedule!r})")
         if self.schedule == "interleaved" and self.num_microbatches % self.pp:
@@ -80,7 +86,7 @@ class Plan:
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def global_batch(self) -> int:
@@ -105,12 +111,14 @@ class Plan:
         positive_int("from_deepspeed", "world_size", world_size)
         positive_int("from_deepspeed", "tp", tp)
         positive_int("from_deepspeed", "pp", pp)
-        if world_size % (tp * pp):
-            raise ValueError(f"world_size {world_size} is not divisible by tp × pp = {tp} × {pp}")
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Plan field(s): {', '.join(sorted(unknown))}")
-        cfg = ds_config.parse(config, dp=world_size // (tp * pp), strict=False)
+        cp = overrides.get("cp", 1)  # a context-parallel group shares its sequences: not a data-parallel axis
+        positive_int("from_deepspeed", "cp", cp)
+        if world_size % (tp * pp * cp):
+            raise ValueError(f"world_size {world_size} is not divisible by tp × pp × cp = {tp} × {pp} × {cp}")
+        cfg = ds_config.parse(config, dp=world_size // (tp * pp * cp), strict=False)
         return cls(**{**_from_config(cfg), "tp": tp, "pp": pp, **overrides})
 
     def to_deepspeed(self, *, nvme_path: str = "/local_nvme", **extra) -> dict:
