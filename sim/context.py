@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.cost import CostModel, Costs, attention_core_flops, point_to_point, reduce_scatter
+from sim.cost import CostModel, Costs, attention_core_flops, link_terms, point_to_point, reduce_scatter
 from sim.topology import Link, group_link
 from zero_ref.memory import activation_bytes_per_layer
 from zero_ref.parallel.context import check_ulysses, check_zigzag, ring_bytes, ulysses_bytes
@@ -86,9 +86,7 @@ def context_cost(model, cluster, plan, costs: Costs | None = None) -> ContextCos
     kv = getattr(model, "kv_heads", None) or model.heads
     link = group_link(cp_ranks(plan), cluster)
     cm = CostModel(cluster, plan, costs)
-    c = cm.costs
-    alpha, bw = ((c.alpha_nvlink, link.bandwidth * c.nvlink_efficiency) if link.kind == "nvlink"
-                 else (c.alpha_ib, link.bandwidth * c.ib_efficiency))
+    _, alpha, bw = link_terms(link, cm.costs)
     # the attention core this rank computes: its s/cp queries over all s keys, its heads/tp heads
     attention = {"forward": attention_core_flops(model, b) / (tp * cp) / cm.flops_rate}
     attention["backward"] = 2 * attention["forward"]
