@@ -583,7 +583,6 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.comm",
             "zero_ref.models",
             "zero_ref.parallel.pipeline",
-        "zero_ref.parallel.ring_attention",
         ),
     ),
     Chapter(
@@ -609,7 +608,6 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.optim",
             "zero_ref.parallel.groups",
             "zero_ref.parallel.pipeline",
-        "zero_ref.parallel.ring_attention",
             "zero_ref.parallel.three_d",
         ),
     ),
