@@ -71,6 +71,11 @@ class _Ring:
         return buffer, [comm.isend(block, self.next, self.group), comm.irecv(buffer, self.prev, self.group)]
 
 
+def _seq_first(t: torch.Tensor) -> torch.Tensor:
+    """[b, heads, s, d] (the kernels' layout) -> [s, b, heads, d] (the callers')."""
+    return t.permute(2, 0, 1, 3).contiguous()
+
+
 def _wait(handles) -> None:
     for h in handles:
         h.wait()
@@ -98,7 +103,7 @@ class _RingAttention(torch.autograd.Function):
                 kv = incoming
         ctx.group = group
         ctx.save_for_backward(q, k, v, out, lse)
-        return out.permute(2, 0, 1, 3).contiguous()
+        return _seq_first(out)
 
     @staticmethod
     def backward(ctx, grad):
@@ -120,8 +125,7 @@ class _RingAttention(torch.autograd.Function):
             if ring.cp > 1:       # the block's gradient follows it; after the last step it arrives home
                 dkv, handles = ring.start_pass(dkv)
                 _wait(handles)
-        back = lambda t: t.permute(2, 0, 1, 3).contiguous()     # noqa: E731  [b, H, s, d] -> [s, b, H, d]
-        return back(dq), back(dkv[0]), back(dkv[1]), None
+        return _seq_first(dq), _seq_first(dkv[0]), _seq_first(dkv[1]), None
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None) -> torch.Tensor:
