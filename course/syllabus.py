@@ -60,9 +60,11 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.parallel.groups",
         "zero_ref.parallel.moe",
         "zero_ref.parallel.pipeline",
+        "zero_ref.parallel.ring_attention",
         "zero_ref.parallel.tensor",
         "zero_ref.parallel.three_d",
         "zero_ref.parallel.topology",
+        "zero_ref.parallel.ulysses",
         "zero_ref.precision",
         "zero_ref.profiling.profile",
         "zero_ref.profiling.torch_trace",
@@ -700,6 +702,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Measure how sequence parallelism and activation checkpointing reduce "
             "activation memory",
             "Find with the simulator the longest sequence that fits a given GPU and plan",
+            "Run FlashAttention-style blocks, ring attention and DeepSpeed-Ulysses on real ranks, "
+            "equal to single-device attention, and price their memory and traffic at scale",
         ),
         seed="Seed ch.13–20 (activation checkpointing), carried to long sequences; not a "
         "topic of its own in the seed's outline",
@@ -710,6 +714,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.launch",
             "zero_ref.models",
             "zero_ref.parallel.tensor",
+            "zero_ref.parallel.ring_attention",
+            "zero_ref.parallel.ulysses",
         ),
     ),
     Chapter(

@@ -18,7 +18,8 @@ Modules: ``config`` (Model, GPU, Cluster + presets), ``plan`` (Plan, from a Deep
 ``published_run`` (published runs with their sources), ``calibrate`` (fitted constants), ``validation``
 (simulated vs published table: ``python -m sim.validation``), ``fit_local`` (calibration on real zero_ref runs on this machine),
 ``utilization`` (MFU / HFU), ``search`` (plan auto-tuner), ``bounds`` (memory and step-time lower
-bounds), ``advice`` (the ZeRO / offload ladder).
+bounds), ``advice`` (the ZeRO / offload ladder), ``context`` (context parallelism: ring attention and
+Ulysses, per layer), ``moe`` (experts: all-to-all, capacity, expert-data-parallel ZeRO).
 """
 from sim.config import GPU, GPUS, MODELS, Cluster, Model
 from sim.cost import CostModel, Costs

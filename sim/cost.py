@@ -211,6 +211,13 @@ class Costs:
 # ---------------------------------------------------------------- the model on one cluster + plan
 
 
+def link_terms(link: Link, costs: Costs) -> tuple[int, float, float]:
+    """(group size n, α, effective bandwidth B) of a group's link under ``costs``."""
+    if link.kind == "nvlink":
+        return link.size, costs.alpha_nvlink, link.bandwidth * costs.nvlink_efficiency
+    return link.size, costs.alpha_ib, link.bandwidth * costs.ib_efficiency
+
+
 class CostModel:
     """Durations of work items for one (cluster, plan, costs): the links are resolved once.
 
@@ -234,10 +241,7 @@ class CostModel:
 
     def link_params(self, axis: str) -> tuple[int, float, float]:
         """(group size n, α, effective bandwidth B) of the ``axis`` group's link."""
-        link, c = self.links[axis], self.costs
-        if link.kind == "nvlink":
-            return link.size, c.alpha_nvlink, link.bandwidth * c.nvlink_efficiency
-        return link.size, c.alpha_ib, link.bandwidth * c.ib_efficiency
+        return link_terms(self.links[axis], self.costs)
 
     def gather_params(self, axis: str) -> tuple[int, float, float]:
         """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, across

@@ -138,6 +138,9 @@ def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = N
     for name, value, cls in (("model", model, Model), ("cluster", cluster, Cluster), ("plan", plan, Plan)):
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a sim.{cls.__name__}, got {type(value).__name__}")
+    if plan.cp > 1:
+        raise ValueError(f"Plan.cp = {plan.cp}: sim.simulate does not schedule context parallelism; "
+                         "sim.context.context_cost prices its memory and traffic per layer")
     if plan.world_size != cluster.world_size:
         raise ValueError(f"Plan.tp × pp × dp = {plan.tp} × {plan.pp} × {plan.dp} = {plan.world_size} ranks, "
                          f"but the cluster has {cluster.world_size} GPUs")

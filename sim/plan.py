@@ -16,6 +16,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
+CP_KINDS = ("ring", "ulysses")
 _DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
 
@@ -37,7 +38,9 @@ class Plan:
     scores in backward (zero_ref.memory.activation_terms, sim.cost.layer_backward_flops). The
     default is 'eager' because the published runs the simulator is calibrated and validated on
     (Megatron-LM and DeepSpeed, 2020–2022) materialised the scores; plans for today's runs say
-    'flash' (``python -m sim plan`` does).
+    'flash' (``python -m sim plan`` does). ``cp`` splits each sequence over a context-parallel
+    group, ``cp_kind`` 'ring' (ring attention) or 'ulysses' (DeepSpeed-Ulysses); the world is
+    tp × cp × pp × dp, and ``sim.context`` prices it.
     """
 
     zero_stage: int = 0
@@ -58,11 +61,13 @@ class Plan:
     allgather_bucket_size: int = _DEEPSPEED.zero_optimization.allgather_bucket_size
     gradient_clipping: float = _DEEPSPEED.gradient_clipping
     attention: str = "eager"
+    cp: int = 1
+    cp_kind: str = "ring"
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
             raise ValueError(f"Plan.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
-        for f in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "virtual",
+        for f in ("tp", "pp", "dp", "cp", "micro_batch_size", "num_microbatches", "virtual",
                   "reduce_bucket_size", "allgather_bucket_size"):
             positive_int("Plan", f, getattr(self, f))
         one_of("Plan", "schedule", self.schedule, SCHEDULES)
@@ -71,6 +76,7 @@ class Plan:
         one_of("Plan", "precision", self.precision, tuple(RECIPES) + tuple(ALIASES))
         one_of("Plan", "offload_optimizer", self.offload_optimizer, OFFLOAD)
         one_of("Plan", "offload_param", self.offload_param, OFFLOAD)
+        one_of("Plan", "cp_kind", self.cp_kind, CP_KINDS)
         if self.virtual > 1 and self.schedule != "interleaved":
             raise ValueError(f"Plan.virtual={self.virtual} needs schedule='interleaved' (got {self.schedule!r})")
         if self.schedule == "interleaved" and self.num_microbatches % self.pp:
@@ -89,7 +95,7 @@ class Plan:
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def global_batch(self) -> int:
@@ -114,12 +120,14 @@ class Plan:
         positive_int("from_deepspeed", "world_size", world_size)
         positive_int("from_deepspeed", "tp", tp)
         positive_int("from_deepspeed", "pp", pp)
-        if world_size % (tp * pp):
-            raise ValueError(f"world_size {world_size} is not divisible by tp × pp = {tp} × {pp}")
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Plan field(s): {', '.join(sorted(unknown))}")
-        cfg = ds_config.parse(config, dp=world_size // (tp * pp), strict=False)
+        cp = overrides.get("cp", 1)  # a context-parallel group shares its sequences: not a data-parallel axis
+        positive_int("from_deepspeed", "cp", cp)
+        if world_size % (tp * pp * cp):
+            raise ValueError(f"world_size {world_size} is not divisible by tp × pp × cp = {tp} × {pp} × {cp}")
+        cfg = ds_config.parse(config, dp=world_size // (tp * pp * cp), strict=False)
         return cls(**{**_from_config(cfg), "tp": tp, "pp": pp, **overrides})
 
     def to_deepspeed(self, *, nvme_path: str = "/local_nvme", **extra) -> dict:

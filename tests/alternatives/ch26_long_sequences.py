@@ -27,6 +27,38 @@ while layers * per_layer(s + multiple) <= budget_bytes:
     s += multiple
 return s
 ''',
+    # the online softmax written out (running max, running sum, unnormalised accumulator); K and V sent apart
+    "26.3": '''
+import math
+cp, r = dist.get_world_size(group), dist.get_rank(group)
+ranks = dist.get_process_group_ranks(group)
+n = q.shape[0]
+mine = torch.tensor(zigzag_positions(n * cp, cp, r))
+qh = q.permute(1, 2, 0, 3) / math.sqrt(q.shape[-1])
+k_cur, v_cur = k.contiguous(), v.contiguous()
+m = torch.full(qh.shape[:-1], float("-inf"), dtype=q.dtype)
+l = torch.zeros_like(m)
+acc = torch.zeros_like(qh)
+for step in range(cp):
+    if step < cp - 1:
+        k_next, v_next = torch.empty_like(k_cur), torch.empty_like(v_cur)
+        nxt, prv = ranks[(r + 1) % cp], ranks[(r - 1) % cp]
+        handles = [comm.isend(k_cur, nxt, group), comm.isend(v_cur, nxt, group),
+                   comm.irecv(k_next, prv, group), comm.irecv(v_next, prv, group)]
+    theirs = torch.tensor(zigzag_positions(n * cp, cp, (r - step) % cp))
+    scores = (qh @ k_cur.permute(1, 2, 3, 0)).masked_fill(theirs[None, :] > mine[:, None], float("-inf"))
+    m_new = torch.maximum(m, scores.amax(-1))      # finite from step 0 on: every token sees itself
+    p = torch.exp(scores - m_new.unsqueeze(-1))
+    shrink = torch.exp(m - m_new)
+    l = l * shrink + p.sum(-1)
+    acc = acc * shrink.unsqueeze(-1) + p @ v_cur.permute(1, 2, 0, 3)
+    m = m_new
+    if step < cp - 1:
+        for h in handles:
+            h.wait()
+        k_cur, v_cur = k_next, v_next
+return (acc / l.unsqueeze(-1)).permute(2, 0, 1, 3)
+''',
 }
 
 WRONG = {

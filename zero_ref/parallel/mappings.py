@@ -48,6 +48,12 @@ def _split_seq(x, group):
     return x.chunk(n, dim=0)[dist.get_rank(group)].contiguous()
 
 
+def _all_to_all(x, group):
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    comm.all_to_all(out, x.contiguous(), group=group)
+    return out
+
+
 def _all_reduce(x, group):
     x = x.clone(memory_format=torch.contiguous_format)  # never reduce in place into a tensor autograd holds
     comm.all_reduce(x, group=group)
@@ -102,6 +108,12 @@ class _ScatterToSequence(_Comm):
     fwd, bwd = staticmethod(_split_seq), staticmethod(_gather_seq)
 
 
+class _AllToAll(_Comm):
+    """Forward: equal-split all-to-all along dim 0 (chunk j goes to rank j). Backward: the same
+    all-to-all on the gradient (it sends each chunk back where it came from)."""
+    fwd = bwd = staticmethod(_all_to_all)
+
+
 def copy_to_tp(x, group):
     return _CopyToTP.apply(x, group)
 
@@ -128,6 +140,11 @@ def reduce_scatter_to_sequence(x, group):
 
 def scatter_to_sequence(x, group):
     return _ScatterToSequence.apply(x, group)
+
+
+def all_to_all(x, group):
+    """Differentiable equal-split all-to-all (MoE dispatch and combine, Ulysses' sequence ↔ head swap)."""
+    return _AllToAll.apply(x, group)
 
 
 class _LinearGatherSequence(torch.autograd.Function):

@@ -28,7 +28,6 @@ divides by the dp size too).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -38,14 +37,11 @@ import torch.nn.functional as F
 
 from zero_ref import comm
 from zero_ref.models.gpt import GPT, MLP, GPTConfig
+from zero_ref.parallel.capacity import capacity, dispatch_bytes  # noqa: F401  (torch-free: sim prices them too)
+from zero_ref.parallel.mappings import all_to_all  # differentiable: the backward sends gradients back
 
 
 # ------------------------------------------------------------------ gating
-
-def capacity(tokens: int, num_experts: int, k: int = 1, capacity_factor: float = 1.0, min_capacity: int = 0) -> int:
-    """Slots per expert on one rank: ceil(k · tokens · capacity_factor / num_experts), at least min_capacity."""
-    return max(math.ceil(k * tokens * capacity_factor / num_experts), min_capacity)
-
 
 @dataclass
 class Routing:
@@ -94,27 +90,6 @@ def top_k_gating(logits: torch.Tensor, k: int, capacity_factor: float, min_capac
     first = F.one_hot(top_e[:, 0], e).float()
     aux = e * (probs.mean(0) * first.mean(0)).sum()
     return Routing(top_e, top_e * c + position, weight, kept, c, aux)
-
-
-class _AllToAll(torch.autograd.Function):
-    """Forward: equal-split all-to-all over ``group`` (chunk j of dim 0 goes to rank j).
-    Backward: the same all-to-all on the gradient (it sends each chunk back where it came from)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
-        ctx.group = group
-        out = torch.empty_like(x)
-        comm.all_to_all(out, x.contiguous(), group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return _AllToAll.apply(grad.contiguous(), ctx.group), None
-
-
-def all_to_all(x: torch.Tensor, group) -> torch.Tensor:
-    """Differentiable equal-split all-to-all (see ``_AllToAll``)."""
-    return _AllToAll.apply(x, group)
 
 
 # ------------------------------------------------------------------ the layer
@@ -172,11 +147,6 @@ class MoE(nn.Module):
             out = all_to_all(out, self.ep_group)          # rows back to the ranks their tokens came from
         picked = out[slots] * r.weight[r.kept].unsqueeze(-1).to(out.dtype)
         return tokens.new_zeros(tokens.shape).index_add(0, src, picked).view(shape)
-
-
-def dispatch_bytes(num_experts: int, capacity: int, d_model: int, element_size: int = 4) -> int:
-    """Payload of one dispatch (or combine) all-to-all on one rank: the whole padded (E, C, d) buffer."""
-    return num_experts * capacity * d_model * element_size
 
 
 # ------------------------------------------------------------------ the model and its gradients
