@@ -110,7 +110,7 @@ class Plan:
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Plan field(s): {', '.join(sorted(unknown))}")
-        cfg = ds_config.parse(config, dp=world_size // (tp * pp), strict=False)
+        cfg = ds_config.parse(config, dp=world_size // (tp * pp), strict=False, unknown_keys="error")
         return cls(**{**_from_config(cfg), "tp": tp, "pp": pp, **overrides})
 
     def to_deepspeed(self, *, nvme_path: str = "/local_nvme", **extra) -> dict:
