@@ -83,8 +83,12 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
         raise ValueError("initialize: no config; pass config= (a dict or a JSON path) or args.deepspeed_config")
     raw = load(config)  # a missing file or bad JSON fails here, before any process group exists
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
-    engine = Engine(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
-                    lr_scheduler=lr_scheduler, collate_fn=collate_fn)
+    from zero_ref.pipe import PipelineModule  # a PipelineModule gets DeepSpeed's PipelineEngine
+    kind = Engine
+    if isinstance(model, PipelineModule):
+        from zero_ref.pipe.engine import PipelineEngine as kind
+    engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
+                  lr_scheduler=lr_scheduler, collate_fn=collate_fn)
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
@@ -118,11 +122,11 @@ class Engine(nn.Module):
     """The model, its ZeRO stage (``.optimizer``), the schedule and the step counters."""
 
     def __init__(self, model: nn.Module, config, *, optimizer=None, model_parameters=None, training_data=None,
-                 lr_scheduler=None, collate_fn=None):
+                 lr_scheduler=None, collate_fn=None, dp_group=None):
         super().__init__()
-        self.dp_group = dist.group.WORLD
-        self.dp_rank, self.dp_world_size = dist.get_rank(), dist.get_world_size()
-        self.global_rank, self.world_size = self.dp_rank, self.dp_world_size
+        self.dp_group = dist.group.WORLD if dp_group is None else dp_group  # (a pipeline's: one stage's replicas)
+        self.dp_rank, self.dp_world_size = dist.get_rank(self.dp_group), dist.get_world_size(self.dp_group)
+        self.global_rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.config: Config = config if isinstance(config, Config) and config.batch else parse(config, dp=self.dp_world_size)
         cfg = self.config
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
