@@ -41,7 +41,25 @@ from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
 from zero_ref.stages import STAGES
 from zero_ref.stages.base import HYPER
 
-__all__ = ["initialize", "init_distributed", "add_config_arguments", "Engine"]
+__all__ = ["initialize", "init_distributed", "add_config_arguments", "tp_model_init", "init_inference", "Engine"]
+
+AUTOTP = ("DeepSpeed's AutoTP (tp_model_init, tensor_parallel.autotp_size) shards a HuggingFace model's linear "
+          "layers over tensor-parallel ranks; zero_ref has no AutoTP. Its tensor parallelism is Megatron-style "
+          "modules for its own GPT (zero_ref.parallel.tensor.TensorParallelGPT, chapter 19), composed with pipeline "
+          "and data parallelism by hand (zero_ref.parallel.three_d); the engine runs data parallelism with ZeRO "
+          "0-3 and, for a zero_ref.pipe.PipelineModule, pipeline parallelism")
+
+
+def tp_model_init(model, tp_size, dtype, config=None, **kwargs):
+    """DeepSpeed's AutoTP entry point: refused, with what zero_ref supports instead."""
+    raise NotImplementedError(f"tp_model_init: {AUTOTP}")
+
+
+def init_inference(model, config=None, **kwargs):
+    """DeepSpeed's inference engine (kernel injection, AutoTP): refused; zero_ref trains only."""
+    raise NotImplementedError("init_inference: zero_ref has no inference engine (DeepSpeed's injects inference "
+                              "kernels and AutoTP); run the module itself under torch.no_grad(), or "
+                              "PipelineEngine.eval_batch for a PipelineModule")
 
 
 def add_config_arguments(parser):
@@ -199,7 +217,9 @@ class Engine(nn.Module):
                                            f"stages step Adam(W) on their partitions; use torch.optim.AdamW or an "
                                            f"\"optimizer\" config section.{allowed}")
         off = cfg.zero_optimization.offload_optimizer
-        if off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer:
+        from zero_ref.ops.adam import DeepSpeedCPUAdam  # DeepSpeed takes its own CPU Adam with offload
+        if (off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer
+                and not isinstance(optimizer, DeepSpeedCPUAdam)):
             raise ConfigError("zero_force_ds_cpu_optimizer", "zero_force_ds_cpu_optimizer is true (the default) and "
                                                              "ZeRO-Offload got a client optimizer, which DeepSpeed "
                                                              "refuses too: set an \"optimizer\" config section instead, "

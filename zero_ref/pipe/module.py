@@ -157,8 +157,12 @@ class PipelineModule(nn.Module):
             return partition_balanced(counts, p)
         if method.startswith("type:"):
             pattern = re.compile(method.split(":", 1)[1], re.IGNORECASE)
-            names = [(s.typename if isinstance(s, LayerSpec) else type(s)).__name__ for s in self._layer_specs]
-            return partition_balanced([1 if pattern.search(name) else 0 for name in names], p)
+            names = [s.typename.__name__ if isinstance(s, LayerSpec) else type(s).__name__ if isinstance(s, nn.Module)
+                     else getattr(s, "__name__", "") for s in self._layer_specs]
+            weights = [1 if pattern.search(name) else 0 for name in names]
+            if not any(weights):  # (DeepSpeed raises too: "found no valid layers to partition")
+                raise ValueError(f"PipelineModule: partition_method={method!r} matches none of the layers {names}")
+            return partition_balanced(weights, p)
         raise ValueError(f"PipelineModule: partition_method={method!r} is not supported; use 'parameters', "
                          "'uniform' or 'type:<regex>' (DeepSpeed has no other either: 'profile' raises there)")
 
