@@ -150,6 +150,7 @@ class Engine(nn.Module):
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.device = torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
         self.module = model.to(self.device)
+        self._refuse_expert_parallel(model)
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
         self._no_sync = False
         self._step_applied = False
@@ -184,6 +185,18 @@ class Engine(nn.Module):
             for p in self.module.parameters():
                 if not hasattr(p, "_z3_unit"):
                     comm.broadcast(p.data, src=src, group=self.dp_group)
+
+    @staticmethod
+    def _refuse_expert_parallel(model: nn.Module) -> None:
+        """The stages average every gradient over all data-parallel ranks: right for an expert only when every
+        rank holds every expert (ep_size 1). DeepSpeed reduces expert gradients over their own group instead."""
+        from zero_ref.moe.layer import MoE
+        ep = max((m.ep_size for m in model.modules() if isinstance(m, MoE)), default=1)
+        if ep > 1:
+            raise ValueError(f"initialize: an MoE layer with ep_size={ep} is not supported by zero_ref's engine, whose "
+                             "stages average every gradient over all data-parallel ranks (DeepSpeed averages expert "
+                             "gradients over their expert-data-parallel group); use ep_size=1, or train the layer "
+                             "by hand with zero_ref.parallel.moe.reduce_gradients")
 
     def _adam(self, optimizer, model_parameters) -> tuple[AdamConfig, list[dict] | None, object]:
         """Adam's hyper-parameters from the client optimizer or the config's optimizer section, and the
