@@ -239,6 +239,3 @@ class PipelineModule(nn.Module):
 
     def is_last_stage(self) -> bool:
         return self.stage_id == self.num_stages - 1
-
-    def topology(self):
-        return {"pipe": self.num_stages, "data": self.dp_world_size}
