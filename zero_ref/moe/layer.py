@@ -32,7 +32,6 @@ ranks, which is right for experts only at ``ep_size`` 1; with ``ep_size`` > 1 re
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 import torch.distributed as dist
