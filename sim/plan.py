@@ -127,7 +127,7 @@ class Plan:
         positive_int("from_deepspeed", "cp", cp)
         if world_size % (tp * pp * cp):
             raise ValueError(f"world_size {world_size} is not divisible by tp × pp × cp = {tp} × {pp} × {cp}")
-        cfg = ds_config.parse(config, dp=world_size // (tp * pp * cp), strict=False)
+        cfg = ds_config.parse(config, dp=world_size // (tp * pp * cp), strict=False, unknown_keys="error")
         return cls(**{**_from_config(cfg), "tp": tp, "pp": pp, **overrides})
 
     def to_deepspeed(self, *, nvme_path: str = "/local_nvme", **extra) -> dict:

@@ -27,9 +27,9 @@ def test_the_corpus_is_large_and_covers_every_kind():
     assert {"train_batch_size", "zero_optimization.stage", "fp16.enabled", "optimizer.type"} <= keys
 
 
-def assert_one_clear_error(config, dp, key, says):
+def assert_one_clear_error(config, dp, key, says, unknown_keys="warn"):
     with pytest.raises(C.ConfigError) as info:
-        C.parse(config, dp=dp)
+        C.parse(config, dp=dp, unknown_keys=unknown_keys)
     e = info.value
     msg = str(e)
     assert isinstance(e, ValueError) and type(e).__module__ == "zero_ref.config.reader"
@@ -45,8 +45,33 @@ def assert_one_clear_error(config, dp, key, says):
 
 @pytest.mark.parametrize("case", CORPUS, ids=[c["name"] for c in CORPUS])
 def test_each_bad_config_gives_its_one_clear_error(case):
-    assert_one_clear_error(case["config"], case["dp"], case["key"], case["says"])
+    assert_one_clear_error(case["config"], case["dp"], case["key"], case["says"], case.get("unknown_keys", "warn"))
     assert C.problems(case["config"], dp=case["dp"])[0].key == case["key"]
+
+
+@pytest.mark.parametrize("case", [c for c in CORPUS if c.get("unknown_keys")], ids=lambda c: c["name"])
+def test_an_unknown_top_level_key_warns_and_is_ignored_as_in_deepspeed(case):
+    """DeepSpeedConfig reads the keys it knows and never looks at the others (runtime/config.py,
+    _initialize_params): by default zero_ref goes on too, with a ConfigWarning naming the key and the hint."""
+    with pytest.warns(C.ConfigWarning, match=case["key"]) as seen:
+        try:
+            C.parse(case["config"], dp=case["dp"])
+        except C.ConfigError as e:  # train_batch_sizes: then train_batch_size itself is missing
+            assert e.key != case["key"]
+    assert "both ignore it" in str(seen[0].message)
+    assert C.problems(case["config"], dp=case["dp"], unknown_keys="warn") == [] or case["key"] == "train_batch_sizes"
+
+
+def test_the_strict_opt_in_turns_the_warning_into_an_error():
+    import warnings
+    config = {"train_batch_size": 8, "zero_optimisation": {"stage": 3}, "my_script_setting": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", C.ConfigWarning)
+        with pytest.raises(C.ConfigWarning, match="did you mean 'zero_optimization'"):
+            C.parse(config)
+    with pytest.warns(C.ConfigWarning) as seen:
+        assert C.parse(config).zero_optimization.stage == 0  # ignored, as DeepSpeed ignores it
+    assert [str(w.message).split()[0] for w in seen] == ["zero_optimisation", "my_script_setting"]
 
 
 def test_problems_lists_them_all():
@@ -98,7 +123,7 @@ def test_keys_without_effect_are_reported_not_ignored():
 
 # the corpus's configs that DeepSpeed accepts and only zero_ref refuses (it does not implement them)
 ZERO_REF_LIMITS = {"tensor parallel", "flops profiler on", "torch autocast", "ZeRO++ qwZ", "ZeRO++ hpZ", "Lamb",
-                   "OneCycle", "fp16 auto_cast", "prescale", "sum allreduce", "GDS", "amsgrad", "contiguous off",
+                   "fp16 auto_cast", "prescale", "sum allreduce", "GDS", "amsgrad", "contiguous off",
                    "NVMe without a path", "params on NVMe, optimizer on CPU", "partial offload", "two NVMe paths",
                    "bf16 reduction in fp32 training"}
 

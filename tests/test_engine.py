@@ -335,6 +335,45 @@ def test_schedules_equal_deepspeeds(name, params, monkeypatch):
         theirs.step()
 
 
+@pytest.mark.parametrize("name,params", [
+    ("OneCycle", {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-2, "cycle_first_step_size": 7}),
+    ("OneCycle", {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-2, "cycle_first_step_size": 6, "cycle_second_step_size": 4,
+                  "cycle_first_stair_count": 3, "decay_step_size": 5, "decay_lr_rate": 0.5, "decay_mom_rate": 0.01,
+                  "cycle_min_mom": 0.85, "cycle_max_mom": 0.95}),
+    ("OneCycle", {"cycle_min_lr": 2e-3, "cycle_max_lr": 5e-3, "cycle_first_step_size": 5, "cycle_momentum": False}),
+    ("LRRangeTest", {}), ("LRRangeTest", {"lr_range_test_min_lr": 1e-5, "lr_range_test_step_size": 3,
+                                          "lr_range_test_step_rate": 2.5}),
+    ("LRRangeTest", {"lr_range_test_step_size": 4, "lr_range_test_staircase": True}),
+])
+def test_one_cycle_and_range_test_equal_deepspeeds(name, params, monkeypatch):
+    """The rate (and OneCycle's beta1, with beta2 set to 0.99) written into every group, step by step over
+    the cycle and the decay after it, equal DeepSpeed 0.19.8's classes on a torch Adam with two groups."""
+    monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
+    ds_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
+    from zero_ref import config as C, lr_schedules
+
+    def groups():
+        return [{"params": [torch.nn.Parameter(torch.zeros(1))]}, {"params": [torch.nn.Parameter(torch.zeros(1))]}]
+
+    class Groups:  # what a schedule needs from an optimizer: zero_ref's stages hold torch-style groups
+        param_groups = [{"lr": 2e-3, "betas": (0.9, 0.999)}, {"lr": 2e-3, "betas": (0.9, 0.999)}]
+
+    torch_opt = torch.optim.Adam(groups(), lr=2e-3)
+    read = C.parse({"train_batch_size": 1, "scheduler": {"type": name, "params": params}}).scheduler.params
+    from_config = {f: getattr(read, f) for f in read.__dataclass_fields__}
+    theirs, ours = getattr(ds_schedules, name)(torch_opt, **params), lr_schedules.build(name, Groups(), from_config)
+    for _ in range(30):
+        for mine, their in zip(ours.optimizer.param_groups, torch_opt.param_groups):
+            assert mine["lr"] == pytest.approx(their["lr"], rel=1e-12, abs=1e-18)
+            assert mine["betas"] == pytest.approx(their["betas"], rel=1e-12)
+        ours.step()
+        theirs.step()
+        assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), rel=1e-12, abs=1e-18)
+    assert ours.state_dict() == theirs.state_dict()
+    if name == "OneCycle" and params.get("cycle_momentum", True):
+        assert {g["betas"][1] for g in Groups.param_groups} == {0.99}  # DeepSpeed's fixed beta2
+
+
 def test_dataloader_offload_and_progress(one_rank, capsys):
     """training_data= gives DeepSpeed's loader (micro-batches, this rank's share); the config's offload
     and logging keys reach the stage and the engine."""

@@ -165,7 +165,7 @@ def test_from_deepspeed_plans_what_deepspeed_accepts(zero, expect):
     """A planner reads any config DeepSpeed accepts, also where zero_ref could not run it."""
     config = {"train_batch_size": 8, "zero_optimization": zero, "bfloat16": {"enabled": True},
               "optimizer": {"type": "Lamb", "params": {"lr": 1e-3, "max_coeff": 10.0}},
-              "scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 1e-3}},
+              "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3}},
               "tensorboard": {"enabled": True}, "communication_data_type": "fp32"}
     plan = sim.Plan.from_deepspeed(config, world_size=8)
     assert plan.precision == "bf16"  # "bfloat16" is DeepSpeed's other name for the section

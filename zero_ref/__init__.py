@@ -13,8 +13,12 @@ _moved.install()
 
 # Every module and wing of the package, read from the folder so that none is left out.
 _MODULES = tuple(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+#: The DeepSpeed release whose API and config zero_ref follows (scripts gate features on
+#: ``deepspeed.__version__``); zero_ref's own version is ``importlib.metadata.version("zero-lab")``.
+__version__ = "0.19.8"
+
 __all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed",
-           "add_config_arguments", "zero", "checkpointing",
+           "add_config_arguments", "tp_model_init", "init_inference", "zero", "checkpointing",
            *_MODULES]
 
 _LAZY = {
@@ -26,6 +30,8 @@ _LAZY = {
     "initialize": ("zero_ref.engine", "initialize"),
     "init_distributed": ("zero_ref.engine", "init_distributed"),
     "add_config_arguments": ("zero_ref.engine", "add_config_arguments"),
+    "tp_model_init": ("zero_ref.engine", "tp_model_init"),
+    "init_inference": ("zero_ref.engine", "init_inference"),
     "zero": ("zero_ref.stages.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
     "checkpointing": ("zero_ref.activation_checkpointing", None),  # ds.checkpointing.checkpoint / configure
 }

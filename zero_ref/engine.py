@@ -41,7 +41,25 @@ from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
 from zero_ref.stages import STAGES
 from zero_ref.stages.base import HYPER
 
-__all__ = ["initialize", "init_distributed", "add_config_arguments", "Engine"]
+__all__ = ["initialize", "init_distributed", "add_config_arguments", "tp_model_init", "init_inference", "Engine"]
+
+AUTOTP = ("DeepSpeed's AutoTP (tp_model_init, tensor_parallel.autotp_size) shards a HuggingFace model's linear "
+          "layers over tensor-parallel ranks; zero_ref has no AutoTP. Its tensor parallelism is Megatron-style "
+          "modules for its own GPT (zero_ref.parallel.tensor.TensorParallelGPT, chapter 19), composed with pipeline "
+          "and data parallelism by hand (zero_ref.parallel.three_d); the engine runs data parallelism with ZeRO "
+          "0-3 and, for a zero_ref.pipe.PipelineModule, pipeline parallelism")
+
+
+def tp_model_init(model, tp_size, dtype, config=None, **kwargs):
+    """DeepSpeed's AutoTP entry point: refused, with what zero_ref supports instead."""
+    raise NotImplementedError(f"tp_model_init: {AUTOTP}")
+
+
+def init_inference(model, config=None, **kwargs):
+    """DeepSpeed's inference engine (kernel injection, AutoTP): refused; zero_ref trains only."""
+    raise NotImplementedError("init_inference: zero_ref has no inference engine (DeepSpeed's injects inference "
+                              "kernels and AutoTP); run the module itself under torch.no_grad(), or "
+                              "PipelineEngine.eval_batch for a PipelineModule")
 
 
 def add_config_arguments(parser):
@@ -83,8 +101,12 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
         raise ValueError("initialize: no config; pass config= (a dict or a JSON path) or args.deepspeed_config")
     raw = load(config)  # a missing file or bad JSON fails here, before any process group exists
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
-    engine = Engine(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
-                    lr_scheduler=lr_scheduler, collate_fn=collate_fn)
+    from zero_ref.pipe import PipelineModule  # a PipelineModule gets DeepSpeed's PipelineEngine
+    kind = Engine
+    if isinstance(model, PipelineModule):
+        from zero_ref.pipe.engine import PipelineEngine as kind
+    engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
+                  lr_scheduler=lr_scheduler, collate_fn=collate_fn)
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
@@ -118,16 +140,17 @@ class Engine(nn.Module):
     """The model, its ZeRO stage (``.optimizer``), the schedule and the step counters."""
 
     def __init__(self, model: nn.Module, config, *, optimizer=None, model_parameters=None, training_data=None,
-                 lr_scheduler=None, collate_fn=None):
+                 lr_scheduler=None, collate_fn=None, dp_group=None):
         super().__init__()
-        self.dp_group = dist.group.WORLD
-        self.dp_rank, self.dp_world_size = dist.get_rank(), dist.get_world_size()
-        self.global_rank, self.world_size = self.dp_rank, self.dp_world_size
+        self.dp_group = dist.group.WORLD if dp_group is None else dp_group  # (a pipeline's: one stage's replicas)
+        self.dp_rank, self.dp_world_size = dist.get_rank(self.dp_group), dist.get_world_size(self.dp_group)
+        self.global_rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.config: Config = config if isinstance(config, Config) and config.batch else parse(config, dp=self.dp_world_size)
         cfg = self.config
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.device = torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
         self.module = model.to(self.device)
+        self._refuse_expert_parallel(model)
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
         self._no_sync = False
         self._step_applied = False
@@ -163,6 +186,18 @@ class Engine(nn.Module):
                 if not hasattr(p, "_z3_unit"):
                     comm.broadcast(p.data, src=src, group=self.dp_group)
 
+    @staticmethod
+    def _refuse_expert_parallel(model: nn.Module) -> None:
+        """The stages average every gradient over all data-parallel ranks: right for an expert only when every
+        rank holds every expert (ep_size 1). DeepSpeed reduces expert gradients over their own group instead."""
+        from zero_ref.moe.layer import MoE
+        ep = max((m.ep_size for m in model.modules() if isinstance(m, MoE)), default=1)
+        if ep > 1:
+            raise ValueError(f"initialize: an MoE layer with ep_size={ep} is not supported by zero_ref's engine, whose "
+                             "stages average every gradient over all data-parallel ranks (DeepSpeed averages expert "
+                             "gradients over their expert-data-parallel group); use ep_size=1, or train the layer "
+                             "by hand with zero_ref.parallel.moe.reduce_gradients")
+
     def _adam(self, optimizer, model_parameters) -> tuple[AdamConfig, list[dict] | None, object]:
         """Adam's hyper-parameters from the client optimizer or the config's optimizer section, and the
         param groups (None: one group of every trainable parameter)."""
@@ -195,7 +230,9 @@ class Engine(nn.Module):
                                            f"stages step Adam(W) on their partitions; use torch.optim.AdamW or an "
                                            f"\"optimizer\" config section.{allowed}")
         off = cfg.zero_optimization.offload_optimizer
-        if off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer:
+        from zero_ref.ops.adam import DeepSpeedCPUAdam  # DeepSpeed takes its own CPU Adam with offload
+        if (off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer
+                and not isinstance(optimizer, DeepSpeedCPUAdam)):
             raise ConfigError("zero_force_ds_cpu_optimizer", "zero_force_ds_cpu_optimizer is true (the default) and "
                                                              "ZeRO-Offload got a client optimizer, which DeepSpeed "
                                                              "refuses too: set an \"optimizer\" config section instead, "

@@ -8,10 +8,10 @@ schema.py declares the keys (types, DeepSpeed 0.19.8's defaults, ranges), rules.
 involve several keys, batch.py DeepSpeed's batch-size arithmetic, and reader.py reads a config against
 them. This face only re-exports.
 """
-from zero_ref.config.reader import (Config, ConfigError, defaults_table, format_defaults, load, model_state_placement,
+from zero_ref.config.reader import (Config, ConfigError, ConfigWarning, defaults_table, format_defaults, load, model_state_placement,
                                     offload_sections, parse, problems, resolve_batch)
 from zero_ref.config.schema import OffloadOptimizerConfig, OffloadParamConfig
 
-__all__ = ["ConfigError", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
+__all__ = ["ConfigError", "ConfigWarning", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
            "defaults_table", "format_defaults", "model_state_placement",
            "OffloadOptimizerConfig", "OffloadParamConfig"]

@@ -8,7 +8,12 @@ tests/test_config_vs_deepspeed.py instantiates DeepSpeed's own config classes an
 Every problem is a ``ConfigError`` (a ValueError) whose message starts with the key's dotted path
 and says how to fix it. zero_ref is stricter than DeepSpeed, on purpose:
 
-- an unknown key is an error with a "did you mean" (DeepSpeed ignores unknown top-level keys);
+- an unknown key inside a section is an error with a "did you mean" (DeepSpeed's pydantic sections
+  refuse it too). An unknown *top-level* key is read as DeepSpeed reads it: ignored, but with a
+  ``ConfigWarning`` that carries the same "did you mean" (scripts keep their own keys there, and
+  DeepSpeed runs them). ``parse(..., unknown_keys="error")``, or
+  ``warnings.simplefilter("error", ConfigWarning)`` around ``initialize``, makes it an error;
+  ``problems()`` — the linter — lists it with the errors;
 - a key DeepSpeed has but zero_ref does not implement is an error that says so, unless it asks
   for nothing (``{"enabled": false}``, the default value);
 - a key zero_ref accepts but that changes nothing here is listed in ``Config.notes``, which the
@@ -19,9 +24,8 @@ and says how to fix it. zero_ref is stricter than DeepSpeed, on purpose:
 ``parse(config, strict=False)`` reads a config as DeepSpeed would, for a planner (sim.Plan.from_deepspeed)
 that models runs zero_ref does not make: what DeepSpeed refuses stays an error, and what only zero_ref
 does not implement (a DeepSpeed-only key, a value other than the one zero_ref runs, another optimizer,
-partial offload, NVMe without a path yet, ...) is accepted and listed in ``Config.notes``. Unknown keys
-stay errors even there: DeepSpeed ignores an unknown top-level key, and a misspelt one would plan
-with the default.
+partial offload, NVMe without a path yet, ...) is accepted and listed in ``Config.notes``. ``problems()``
+lists unknown top-level keys with the errors: a misspelt key would plan, or train, with the default.
 
 The keys themselves — types, defaults, ranges, meaning — are declared once, in
 ``zero_ref.config.schema`` (which also prints them as a table); the rules that involve several
@@ -35,6 +39,7 @@ import difflib
 import json
 import math
 import os
+import warnings
 from dataclasses import fields, replace
 
 from zero_ref.config.batch import KEYS as BATCH_KEYS, BatchConfig
@@ -43,7 +48,7 @@ from zero_ref.config.schema import (ADAM_TYPES, DEEPSPEED_OPTIMIZERS, SCHEDULER_
                                     OffloadOptimizerConfig, OffloadParamConfig, OptimizerConfig, SchedulerConfig,
                                     defaults_table, format_defaults, kind_of as _kind, section_types, show as _show)
 
-__all__ = ["ConfigError", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
+__all__ = ["ConfigError", "ConfigWarning", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
            "defaults_table", "format_defaults", "model_state_placement"]
 
 
@@ -53,6 +58,10 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(message)
+
+
+class ConfigWarning(UserWarning):
+    """A top-level key that neither DeepSpeed nor zero_ref reads: DeepSpeed ignores it (the engine goes on)."""
 
 
 # ---------------------------------------------------------------- public entry points
@@ -93,29 +102,36 @@ def _no_duplicates(pairs):
     return out
 
 
-def problems(config, dp: int | None = None, *, strict: bool = True) -> list[ConfigError]:
-    """Every problem in ``config`` (empty if it is valid), in the order the keys are read."""
+def problems(config, dp: int | None = None, *, strict: bool = True,
+             unknown_keys: str = "error") -> list[ConfigError]:
+    """Every problem in ``config`` (empty if it is valid), in the order the keys are read.
+
+    Unknown top-level keys are listed too (``unknown_keys="warn"`` leaves them out, as ``parse`` reads them)."""
     try:
         raw = load(config)
     except ConfigError as e:
         return [e]
-    reader = _Reader(strict)
+    reader = _Reader(strict, unknown_keys)
     cfg = reader.config(raw)
     if dp is not None and not reader.errors:
         reader.batch(cfg, dp)  # for its errors
     return reader.errors
 
 
-def parse(config, dp: int | None = None, *, strict: bool = True) -> Config:
+def parse(config, dp: int | None = None, *, strict: bool = True, unknown_keys: str = "warn") -> Config:
     """A typed ``Config`` from a dict or a JSON path; raises the first ``ConfigError``.
 
     With ``dp`` (the data-parallel size) the batch keys are resolved and checked: ``cfg.batch``.
-    ``strict=False`` accepts what DeepSpeed accepts and zero_ref does not implement, in ``notes``."""
+    ``strict=False`` accepts what DeepSpeed accepts and zero_ref does not implement, in ``notes``.
+    ``unknown_keys``: "warn" (DeepSpeed ignores an unknown top-level key; a ``ConfigWarning`` says so)
+    or "error" (the strict opt-in)."""
     raw = load(config)
-    reader = _Reader(strict)
+    reader = _Reader(strict, unknown_keys)
     cfg = reader.config(raw)
     if dp is not None and not reader.errors:
         cfg = replace(cfg, batch=reader.batch(cfg, dp))
+    for w in reader.warned:
+        warnings.warn(ConfigWarning(str(w)), stacklevel=2)
     if reader.errors:
         raise reader.errors[0]
     return replace(cfg, notes=tuple(reader.notes))
@@ -150,9 +166,12 @@ class _Reader(ConfigRules):
     """Reads sections against the schema, collecting errors (so ``problems`` can report them all);
     the rules across keys and the batch arithmetic are ``ConfigRules``'."""
 
-    def __init__(self, strict: bool = True):
-        self.strict = strict
+    def __init__(self, strict: bool = True, unknown_keys: str = "error"):
+        if unknown_keys not in ("warn", "error"):
+            raise ValueError(f"unknown_keys must be 'warn' or 'error', got {unknown_keys!r}")
+        self.strict, self.unknown_keys = strict, unknown_keys
         self.errors: list[ConfigError] = []
+        self.warned: list[ConfigError] = []  # unknown top-level keys, when they only warn
         self.notes: list[str] = []
 
     def error(self, key: str, rest: str) -> None:
@@ -242,13 +261,20 @@ class _Reader(ConfigRules):
             else:
                 self.limit(key, f"is a DeepSpeed key not supported by zero_ref: {ds_only[name]}. Remove it "
                                 "(or turn it off)", f"is not implemented in zero_ref: {ds_only[name]}")
-        elif name in hints:
-            listing = f"; known keys: {', '.join(known)}" if len(known) <= 8 else ""
-            self.error(key, f"is not a known key ({hints[name]}){listing}")
         else:
             close = difflib.get_close_matches(name, [*known, *ds_only], n=1, cutoff=0.6)
-            guess = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
-            self.error(key, f"is not a known key; {guess}")
+            if cls is Config and self.unknown_keys == "warn":
+                # DeepSpeedConfig reads the top level key by key and never looks at the rest
+                # (runtime/config.py, _initialize_params): the run goes on, so here too — with a warning.
+                why = hints.get(name) or (f"did you mean {close[0]!r}?" if close else "")
+                self.warned.append(ConfigError(key, f"{key} is not a key DeepSpeed or zero_ref reads; both ignore it"
+                                                    + (f" ({why})" if why else "")))
+            elif name in hints:
+                listing = f"; known keys: {', '.join(known)}" if len(known) <= 8 else ""
+                self.error(key, f"is not a known key ({hints[name]}){listing}")
+            else:
+                guess = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+                self.error(key, f"is not a known key; {guess}")
 
     # -------------------------------------------------------- special sections
     def optimizer(self, raw, key: str):
@@ -301,24 +327,17 @@ class _Reader(ConfigRules):
         name = raw.get("type")
         if not isinstance(name, str) or name not in SCHEDULER_PARAMS:
             known = ", ".join(SCHEDULER_PARAMS)
-            if name in ("OneCycle", "LRRangeTest"):
-                self.limit(f"{key}.type", f"={name!r} is a DeepSpeed schedule not supported by zero_ref; use one of "
-                                          f"{known}, or pass lr_scheduler= to initialize",
-                           f"={name!r} is not implemented in zero_ref: the section is not read")
-                if not self.strict:
-                    return None
-            else:
-                close = difflib.get_close_matches(str(name), SCHEDULER_PARAMS, n=1, cutoff=0.6)
-                self.error(f"{key}.type", f"={_show(name)} is not a schedule zero_ref knows; "
-                                          + (f"did you mean {close[0]!r}?" if close else f"use one of {known}"))
+            close = difflib.get_close_matches(str(name), SCHEDULER_PARAMS, n=1, cutoff=0.6)
+            self.error(f"{key}.type", f"={_show(name)} is not a schedule zero_ref knows; "
+                                      + (f"did you mean {close[0]!r}?" if close else f"use one of {known}"))
             return _BAD
         cls = SCHEDULER_PARAMS[name]
         before = len(self.errors)
         params = self.section(cls, raw.get("params", {}), f"{key}.params")
         for f in fields(cls):
             if f.metadata.get("required") and getattr(params, f.name) is None and len(self.errors) == before:
-                self.error(f"{key}.params.{f.name}", f"is required by {name}: set it to the number of optimizer "
-                                                     "steps the run will take")
+                self.error(f"{key}.params.{f.name}", f"is required by {name}: set it "
+                                                     f"({f.metadata['doc'].split(' (')[0]})")
         return SchedulerConfig(type=name, params=params)
 
     # -------------------------------------------------------- the whole config

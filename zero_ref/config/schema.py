@@ -59,10 +59,15 @@ class BF16Config:
                                       code_note="constants.py says True; the pydantic model that is used says False")
     check_grad_overflow: bool = key(True, "skip the step when a gradient is inf/nan", only=(True,),
                                     why="the stages always check for inf/nan and skip the step")
-    bf16_master_weights_and_grads: bool = key(False, "keep master weights in bf16", only=(False,),
-                                              why="master weights are always fp32")
-    bf16_optimizer_states: bool = key(False, "keep Adam's moments in bf16", only=(False,),
-                                      why="Adam's moments are always fp32")
+    bf16_master_weights_and_grads: bool = key(
+        False, "keep master weights in bf16", only=(False,),
+        why="DeepSpeed's ZeRO-1/2/3 optimizers then keep the master weights and gradients in bf16 "
+            "(runtime/config.py asserts ZeRO stage 1-3); zero_ref's master weights are always fp32, which trains "
+            "the same model with 2 more bytes per parameter")
+    bf16_optimizer_states: bool = key(
+        False, "keep Adam's moments in bf16", only=(False,),
+        why="DeepSpeed then keeps Adam's moments in bf16 (runtime/base_optimizer.py; it needs "
+            "bf16_master_weights_and_grads); zero_ref's moments are always fp32")
 
 
 # ---------------------------------------------------------------- offload and NVMe
@@ -254,8 +259,36 @@ class WarmupCosineLRParams:
     last_batch_iteration: int = key(-1, "resume position (-1: start)", ge=-1)
 
 
+@dataclass(frozen=True)
+class OneCycleParams:
+    cycle_min_lr: float | None = key(None, "rate at both ends of the cycle (required)", ge=0, required=True)
+    cycle_max_lr: float | None = key(None, "rate at the peak of the cycle (required)", ge=0, required=True)
+    decay_lr_rate: float = key(0.0, "after the cycle: lr = cycle_min_lr / (1 + rate · steps / decay_step_size)", ge=0)
+    cycle_first_step_size: int = key(2000, "steps from cycle_min_lr up to cycle_max_lr", gt=0)
+    cycle_second_step_size: int | None = key(None, "steps back down (None: cycle_first_step_size)", ge=0)
+    cycle_first_stair_count: int = key(0, "stairs on the way up (0: continuous)", ge=0)
+    cycle_second_stair_count: int | None = key(None, "stairs on the way down (None: cycle_first_stair_count)", ge=0)
+    decay_step_size: int = key(0, "steps per decay interval after the cycle (0: no decay)", ge=0)
+    cycle_momentum: bool = key(True, "cycle Adam's beta1 opposite to the rate (beta2 becomes 0.99)")
+    cycle_min_mom: float = key(0.8, "beta1 at the peak of the cycle", ge=0, le=1)
+    cycle_max_mom: float = key(0.9, "beta1 at both ends of the cycle", ge=0, le=1)
+    decay_mom_rate: float = key(0.0, "after the cycle: beta1 = cycle_max_mom · (1 + rate · steps / decay_step_size)",
+                                ge=0)
+    last_batch_iteration: int = key(-1, "resume position (-1: start)", ge=-1)
+
+
+@dataclass(frozen=True)
+class LRRangeTestParams:
+    lr_range_test_min_lr: float = key(1e-3, "rate at the start", ge=0)
+    lr_range_test_step_size: int = key(2000, "steps per increase interval", gt=0)
+    lr_range_test_step_rate: float = key(1.0, "lr = min · (1 + rate · steps / step_size)", ge=0)
+    lr_range_test_staircase: bool = key(False, "increase in stairs (floor of the interval) instead of continuously")
+    last_batch_iteration: int = key(-1, "resume position (-1: start)", ge=-1)
+
+
 SCHEDULER_PARAMS = {"WarmupLR": WarmupLRParams, "WarmupDecayLR": WarmupDecayLRParams,
-                    "WarmupCosineLR": WarmupCosineLRParams}
+                    "WarmupCosineLR": WarmupCosineLRParams, "OneCycle": OneCycleParams,
+                    "LRRangeTest": LRRangeTestParams}
 
 
 @dataclass(frozen=True)
@@ -294,8 +327,8 @@ class CheckpointConfig:
 
 _DS_ONLY_WHY = {
     "torch_autocast": "zero_ref casts the whole model (fp16/bf16); torch.autocast is not implemented",
-    "pipeline": "zero_ref's engine does not run pipeline parallelism, whose building blocks are in zero_ref.parallel "
-                "(and DeepSpeed reads only stages, partition, seed_layers, activation_checkpoint_interval, "
+    "pipeline": "zero_ref's engine takes a pipeline from a zero_ref.pipe.PipelineModule, not from this section "
+                "(DeepSpeed reads only stages, partition, seed_layers, activation_checkpoint_interval, "
                 "pipe_partitioned and grad_partitioned here, ignoring any other key)",
     "tensor_parallel": "zero_ref's engine does not run tensor parallelism, whose building blocks are in "
                        "zero_ref.parallel (and DeepSpeed's key for the degree is tensor_parallel.autotp_size)",
@@ -334,7 +367,7 @@ _HINTS = {
     "tensor_parallel_size": "there is no such key; DeepSpeed's is tensor_parallel.autotp_size (and zero_ref's "
                             "engine does not run tensor parallelism)",
     "pipeline_parallel_size": "there is no such key; DeepSpeed sets the pipeline depth in code "
-                              "(PipelineModule(num_stages=...)), and zero_ref's engine does not run pipelines",
+                              "(PipelineModule(num_stages=...)), as zero_ref.pipe does",
 }
 
 

@@ -1,0 +1,1 @@
+"""DeepSpeed's ``deepspeed.ops`` names that training scripts construct: ``ops.adam`` (FusedAdam, DeepSpeedCPUAdam)."""

@@ -1,0 +1,8 @@
+"""``deepspeed.utils`` names that training scripts use: ``RepeatingLoader`` and ``logger``."""
+import logging
+
+from zero_ref.runtime.dataloader import RepeatingLoader
+
+__all__ = ["RepeatingLoader", "logger"]
+
+logger = logging.getLogger("zero_ref")
