@@ -16,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NOTEBOOK_DIR ?= work
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-portable test-fast notebooks check-notebooks release grade grade-class site
+.PHONY: setup lab test test-browser test-portable test-fast notebooks check-notebooks release grade grade-class site
 
 setup:
 	@VENV=$(VENV) scripts/setup_env.sh
@@ -26,7 +26,13 @@ lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
-	$(PY) -m pytest tests notebooks $(NBVAL) -m "not other_isa" -ra $(PYTEST_ARGS)
+	$(PY) -m pytest tests notebooks $(NBVAL) -m "not other_isa and not browser_full" -ra $(PYTEST_ARGS)
+
+# Every chapter with an explorer in JupyterLab and headless Chromium (make test drives ch01, ch08 and ch20):
+# Run All, then each explorer's controls moved one at a time, every figure shown compared with the kernel's
+# own drawing of the same values. Screenshots: ZERO_LAB_SCREENSHOTS=folder; chapters at once: ZERO_LAB_BROWSER_JOBS.
+test-browser: setup
+	$(PY) -m pytest tests/test_browser.py -ra $(PYTEST_ARGS)
 
 # The same checks on another instruction set: ATen's portable kernels instead of AVX2 / AVX-512, and MKL's
 # reproducible code path for matrix products. Results then differ from the native run in the last bits
