@@ -260,6 +260,32 @@ def test_one_rank_engine_reproduces_the_plain_loop(one_rank):
     assert engine.global_steps == 3 and engine.dp_world_size == 1 and optimizer is engine.optimizer
 
 
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1),                                   # L2 decay
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True),      # = AdamW
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)], ids=["adam-l2", "adam-decoupled", "adamw"])
+def test_a_client_adam_runs_in_its_own_weight_decay_mode(one_rank, make):
+    """The engine steps a client optimizer the way torch would: the decay mode comes from the optimizer's
+    decoupled_weight_decay flag (torch's AdamW is an Adam subclass that sets it), not from its class."""
+    from zero_ref.engine import initialize
+    from tests.zero_cases import CFG
+    from zero_ref.models import make_batch
+    batches = [make_batch(CFG, 4, seed=100 + s) for s in range(3)]
+    model, ported_model = build_model(), build_model()
+    opt = make([p for p in model.parameters() if p.requires_grad])
+    for idx, targets in batches:
+        model(idx, targets)[1].backward()
+        opt.step()
+        opt.zero_grad()
+    engine, *_ = initialize(model=ported_model, optimizer=make([p for p in ported_model.parameters() if p.requires_grad]),
+                            config={"train_batch_size": 4, "gradient_clipping": 0.0, "zero_optimization": {"stage": 1}})
+    for idx, targets in batches:
+        engine.backward(engine(idx, targets)[1])
+        engine.step()
+    diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), ported_model.parameters()))
+    assert diff <= 1e-6  # the other mode ends ≈ lr·wd·steps·|w| ≈ 1e-3·|w| away
+
+
 def test_a_torch_scheduler_on_the_client_optimizer_drives_the_rate(one_rank):
     from zero_ref.engine import initialize
     model = build_model()

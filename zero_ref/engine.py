@@ -244,9 +244,14 @@ class Engine(nn.Module):
         self._check_params([p for g in groups for p in g["params"]], trainable, "the optimizer's parameters")
         if any(g.get("amsgrad") or g.get("maximize") for g in groups):
             raise ConfigError("optimizer", "optimizer: amsgrad / maximize are not supported by zero_ref")
+        # torch's Adam(decoupled_weight_decay=True) is AdamW (and AdamW is an Adam subclass): read the flag, not the class
+        decoupled = {g.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW)) for g in groups}
+        if len(decoupled) > 1:
+            raise ConfigError("optimizer", "optimizer: param groups mix decoupled_weight_decay=True and False; "
+                                           "zero_ref steps one Adam mode for all groups")
         first = groups[0]
         adam = AdamConfig(lr=float(first["lr"]), betas=tuple(first["betas"]), eps=first["eps"],
-                          weight_decay=first["weight_decay"], adamw=isinstance(optimizer, torch.optim.AdamW))
+                          weight_decay=first["weight_decay"], adamw=decoupled.pop())
         # each group keeps its own hyper-parameters; the stage steps it with them
         return adam, [{"params": g["params"], **{k: g[k] for k in HYPER}} for g in groups], optimizer
 
