@@ -35,6 +35,7 @@ def run(script: str, engine: str, tmp_path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.peers
 @pytest.mark.parametrize("script", list(CONFIGS))
 def test_client_script_gives_deepspeeds_losses(script, tmp_path):
     ours, theirs = run(script, "zero_ref", tmp_path), run(script, "deepspeed", tmp_path)

@@ -185,6 +185,7 @@ BATCHES = [(t, m, g) for t in (None, 12, 32, 48) for m in (None, 1, 2, 3) for g 
 
 
 @pytest.mark.slow
+@pytest.mark.peers
 def test_batch_arithmetic_and_seed_verdicts_equal_deepspeeds():
     keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
     grid = [({k: v for k, v in zip(keys, b) if v is not None}, dp) for b in BATCHES for dp in (1, 2, 3, 4)]

@@ -46,6 +46,7 @@ def test_three_d_lab_under_torchrun(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.peers
 def test_either_engine_lab_gives_deepspeeds_losses():
     """course/labs/either_engine.py under torchrun, once per engine: the same losses (same script, same config)."""
     torchrun = Path(sys.executable).with_name("torchrun")

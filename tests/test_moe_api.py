@@ -61,6 +61,7 @@ def runs():
 
 
 @pytest.mark.slow
+@pytest.mark.peers
 @pytest.mark.parametrize("ep_size", [1, 2])
 @pytest.mark.parametrize("case", list(range(len(CASES))) + ["eval"])
 def test_moe_layer_equals_deepspeeds(runs, ep_size, case):

@@ -87,6 +87,7 @@ def runs():
 
 
 @pytest.mark.slow
+@pytest.mark.peers
 @pytest.mark.parametrize("stage", [0, 1])
 @pytest.mark.parametrize("num_stages", [2, 1])
 def test_train_batch_equals_deepspeeds_pipeline_engine(runs, stage, num_stages):
@@ -107,6 +108,7 @@ def test_train_batch_equals_deepspeeds_pipeline_engine(runs, stage, num_stages):
 
 
 @pytest.mark.slow
+@pytest.mark.peers
 def test_zero2_with_a_pipeline_is_refused_as_in_deepspeed(runs):
     ours, theirs = runs[0]["refused"]
     assert theirs == "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
