@@ -15,6 +15,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def one_rank(one_thread):
+    """A one-process group, as initialize makes one for `python train.py` (no launcher): the launcher's
+    RANK / WORLD_SIZE are hidden while it runs and the group is destroyed after it."""
+    import torch.distributed as dist
+    env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE") if k in os.environ}
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    os.environ.update(env)
+
+
 # set by pytest itself, by torch's compiler the first time it runs (its cache directory), and by
 # importing deepspeed (PYTORCH_NVML_BASED_CUDA_CHECK, in deepspeed/__init__.py)
 LIBRARIES_SET = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_", "PYTORCH_NVML_BASED_CUDA_CHECK")

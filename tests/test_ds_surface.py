@@ -98,16 +98,6 @@ def test_ds_adams_have_deepspeeds_defaults_and_step_as_adamw(deepspeed):
         FusedAdam([torch.nn.Parameter(w)], adam_w_mode=False)
 
 
-@pytest.fixture
-def one_rank(one_thread):
-    import torch.distributed as dist
-    env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE") if k in os.environ}
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    os.environ.update(env)
-
-
 def test_offload_takes_a_deepspeed_cpu_adam_as_deepspeed_does(one_rank):
     """DeepSpeed refuses a client optimizer with ZeRO-Offload unless it is its DeepSpeedCPUAdam (runtime/engine.py,
     _configure_basic_optimizer); so does zero_ref."""

@@ -212,17 +212,6 @@ def test_parameters_left_out_of_model_parameters_are_not_trained_as_in_deepspeed
 
 # ------------------------------------------------------------------ one rank, in this process
 
-@pytest.fixture
-def one_rank(one_thread):
-    """A one-process group, as initialize makes one for `python train.py` (no launcher)."""
-    import torch.distributed as dist
-    env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE") if k in os.environ}
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    os.environ.update(env)
-
-
 def test_one_rank_engine_reproduces_the_plain_loop(one_rank):
     """Chapter 10's first check: the ported script's losses and weights are the plain loop's."""
     from zero_ref.engine import initialize

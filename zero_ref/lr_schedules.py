@@ -29,7 +29,27 @@ import math
 SCHEDULES = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest")
 
 
-class WarmupLR:
+class _Schedule:
+    """What every schedule shares: writing the rates into the optimizer's groups, the last rates written,
+    and the position (``last_batch_iteration``) that a checkpoint saves. Each schedule's ``step`` keeps
+    DeepSpeed's parameter name for it (``last_batch_iteration`` or ``batch_iteration``)."""
+
+    def _write(self, lrs: list[float]) -> None:
+        self._last_lr = list(lrs)
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
+
+    def state_dict(self) -> dict:
+        return {"last_batch_iteration": self.last_batch_iteration}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.last_batch_iteration = state["last_batch_iteration"]
+
+
+class WarmupLR(_Schedule):
     """Warm up from ``warmup_min_lr`` to ``warmup_max_lr`` (default: the optimizer's lr) over
     ``warmup_num_steps`` steps, then stay there."""
 
@@ -47,7 +67,7 @@ class WarmupLR:
         self.warmup_type = warmup_type
         self.last_batch_iteration = last_batch_iteration
         if last_batch_iteration == -1:
-            self._apply()
+            self._write(self.get_lr())
 
     def _warmup(self, i: int) -> float:
         if self.warmup_type == "log":
@@ -64,23 +84,9 @@ class WarmupLR:
         gamma = self._gamma(i)
         return [lo + (hi - lo) * gamma for lo, hi in zip(self.min_lrs, self.max_lrs)]
 
-    def _apply(self) -> None:
-        self._last_lr = self.get_lr()
-        for group, lr in zip(self.optimizer.param_groups, self._last_lr):
-            group["lr"] = lr
-
     def step(self, last_batch_iteration: int | None = None) -> None:
         self.last_batch_iteration = self.last_batch_iteration + 1 if last_batch_iteration is None else last_batch_iteration
-        self._apply()
-
-    def get_last_lr(self) -> list[float]:
-        return list(self._last_lr)
-
-    def state_dict(self) -> dict:
-        return {"last_batch_iteration": self.last_batch_iteration}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.last_batch_iteration = state["last_batch_iteration"]
+        self._write(self.get_lr())
 
 
 class WarmupDecayLR(WarmupLR):
@@ -122,7 +128,7 @@ class WarmupCosineLR(WarmupLR):
         return [lr * r for lr in self.org_lrs]
 
 
-class LRRangeTest:
+class LRRangeTest(_Schedule):
     """Leslie Smith's learning-rate range test: the rate grows from ``lr_range_test_min_lr`` by
     ``lr_range_test_step_rate`` every ``lr_range_test_step_size`` steps, continuously or in stairs."""
 
@@ -144,23 +150,9 @@ class LRRangeTest:
         increase = 1 + self.step_rate * (math.floor(interval) if self.staircase else interval)
         return [lr * increase for lr in self.min_lrs]
 
-    def _write(self, lrs: list[float]) -> None:
-        self._last_lr = list(lrs)
-        for group, lr in zip(self.optimizer.param_groups, lrs):
-            group["lr"] = lr
-
     def step(self, batch_iteration: int | None = None) -> None:
         self.last_batch_iteration = self.last_batch_iteration + 1 if batch_iteration is None else batch_iteration
         self._write(self.get_lr())
-
-    def get_last_lr(self) -> list[float]:
-        return list(self._last_lr)
-
-    def state_dict(self) -> dict:
-        return {"last_batch_iteration": self.last_batch_iteration}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.last_batch_iteration = state["last_batch_iteration"]
 
 
 class OneCycle(LRRangeTest):
