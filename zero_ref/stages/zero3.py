@@ -40,7 +40,9 @@ Simplified vs DeepSpeed: units are whole modules and persistence is per unit (De
 parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
 (``reduce_bucket_size`` is unused); no ``max_reuse_distance``; ``max_live_parameters`` also evicts
 on demand (DeepSpeed only caps prefetch with it); offload (``offload_optimizer``, ``offload_param``: CPU or
-NVMe) is in zero_ref/offload/; DeepSpeed has no header check.
+NVMe) is in zero_ref/offload/; DeepSpeed compares the ranks' module order once, when the first
+step's trace is recorded (runtime/zero/partitioned_param_coordinator.py, ``reset_step``), and per collective
+only under ``safe_mode`` / ``enable_sanity_checks`` (``assert_ints_same_as_other_ranks``); zero_ref checks every one.
 
 *External* parameters: a forward that reads a parameter another module holds, without calling that
 module (``nn.MultiheadAttention`` reads ``self.out_proj.weight``; a head that multiplies by the embedding's
