@@ -36,14 +36,13 @@ def server(request, tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     (root / "nb").mkdir()
     for item in request.session.items:
-        if not hasattr(item, "originalname"):  # a notebook cell (make test runs nbval in the same session)
-            continue
+        test = getattr(item, "originalname", "")  # make test runs nbval's notebook cells in the same session
         names = {"test_chapter_runs_and_widget_updates_in_chromium": [CHAPTER],
-                 "test_arrow_keys_change_a_focused_dropdown": [FAST[0]]}.get(item.originalname, [])
-        if item.originalname == "test_explorers_draw_what_the_kernel_draws":
+                 "test_arrow_keys_change_a_focused_dropdown": [FAST[0]]}.get(test, [])
+        if test == "test_explorers_draw_what_the_kernel_draws":
             names = [item.callspec.params["chapter"]]
         for name in names:
-            copy = KEYS_COPY if item.originalname.startswith("test_arrow") else name
+            copy = KEYS_COPY if test.startswith("test_arrow") else name
             shutil.copy(REPO / "notebooks" / name, root / "nb" / copy)
     with bl.serve(root / "nb", root / "lab.log", overrides=not race) as base:
         yield root, base
@@ -134,8 +133,8 @@ def sweep(request, server):
     """Drives every selected chapter once, in the module's server; maps chapter → browser_lab.Report (or the
     exception it raised)."""
     root, base = server
-    chosen = [item.callspec.params["chapter"] for item in request.session.items
-              if item.originalname == "test_explorers_draw_what_the_kernel_draws"]
+    chosen = [item.callspec.params["chapter"] for item in request.session.items  # (notebook cells have no name)
+              if getattr(item, "originalname", None) == "test_explorers_draw_what_the_kernel_draws"]
     shots = Path(os.environ.get("ZERO_LAB_SCREENSHOTS", root / "shots"))
     shots.mkdir(parents=True, exist_ok=True)
     race = os.environ.get("ZERO_LAB_BROWSER_RACE") == "1"
