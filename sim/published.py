@@ -201,7 +201,7 @@ BLOOM_176B = (PublishedRun(
 
 
 from sim.published_deepspeed import DEEPSPEED  # noqa: E402  (its rows are PublishedRuns too)
-from sim.published_hopper import HOPPER  # noqa: E402
+from sim.published_hopper import HOPPER, LLAMA3_405B, NEMOTRON4_15B  # noqa: E402,F401 (re-exported)
 
 ALL = (KORTHIKANTI_TABLE5 + NARAYANAN_TABLE1 + NARAYANAN_TABLE2 + SHOEYBI_SCALING + MTNLG_530B + BLOOM_176B
        + DEEPSPEED + HOPPER)
