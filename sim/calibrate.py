@@ -16,7 +16,7 @@ single-V100 baseline, 1.2B at 39 TFLOP/s; Llama 3's Table 4, 405B on 8,192 H100s
                     tell it: the fitted A100 share makes V100 runs 1.5× too fast). The row is one
                     GPU without communication: it measures the compute alone.
     h100            share of an H100's (and an H200's: the same die) peak its GEMMs reach
-                    (efficiency_by_gpu). The A100's share makes Llama 3 405B 6.5 % too fast on
+                    (efficiency_by_gpu). The A100's share makes Llama 3 405B 6 % too fast on
                     8,192 H100s; fitted, the held-out H100 rows (Llama 3 on 16,384 GPUs,
                     Nemotron-4 15B on 768 to 2,304) are within 12 %. ``sim.Costs()`` carries the
                     fitted value as its default (sim.cost.H100_EFFICIENCY), so a plain
