@@ -3,8 +3,8 @@
 The cost model is calibrated on five rows, one per constant (sim.calibrate.CALIBRATION:
 Korthikanti's 22B and 175B for the A100's GEMM efficiency and link efficiency, Narayanan's ZeRO-3
 175B on 768 GPUs for ZeRO-3's collective efficiency, Shoeybi's single-V100 1.2B for the V100's GEMM
-efficiency, Llama 3 405B on 8,192 H100s for the H100's) and then predicts every other published row. The bounds below are the errors reached,
-not targets chosen to pass: see the comments on each.
+efficiency, Llama 3 405B on 8,192 H100s for the H100's) and then predicts every other published row.
+The bounds below are the errors reached, not targets chosen to pass: see the comments on each.
 """
 
 import numpy as np
@@ -82,7 +82,8 @@ def test_h100_rows_are_consistent_with_their_papers():
     for run in pub.NEMOTRON4_15B:
         m = run.model()
         embedding = 2 * m.vocab * m.hidden
-        assert embedding == pytest.approx(3.2e9, rel=0.02) and m.num_params - embedding == pytest.approx(12.5e9, rel=0.01)
+        assert embedding == pytest.approx(3.2e9, rel=0.02)
+        assert m.num_params - embedding == pytest.approx(12.5e9, rel=0.01)
         assert run.dp * run.micro_batch == run.global_batch and run.num_microbatches == 1
 
 
