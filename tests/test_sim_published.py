@@ -304,6 +304,17 @@ def test_the_a100_efficiency_does_not_fit_h100_runs(fitted):
     assert calibrate.param_value(sim.Costs(), "h100") < 0.95 * fitted.values["efficiency"]
 
 
+def test_a_plain_simulate_on_h100s_uses_the_fitted_efficiency():
+    """sim.simulate(model, cluster, plan) without costs runs at Costs()'s defaults: the H100's fitted
+    GEMM efficiency with guessed link efficiencies (0.8). Reached on the five H100 rows: −5.4, −4.6,
+    −2.9, −4.0, −12.6 % on time (MAPE 5.9 %); bounds rounded up."""
+    for run in pub.HOPPER:
+        plain = sim.simulate(run.sim_model(), run.cluster(), run.plan(), granularity=calibrate.granularity(run))
+        assert plain.step_time == calibrate.predict(run, sim.Costs())
+    report = calibrate.validate(sim.Costs(), pub.HOPPER)
+    assert max(abs(r.time_error) for r in report.rows) <= 0.13 and report.mape_time <= 0.065
+
+
 def test_both_halves_of_the_zero3_fix_are_needed(fitted):
     """Before: ZeRO-3 predicted 1.4–4.5× too fast (bandwidth as for any ring, gathers prefetched).
     The bandwidth constant alone (refitted on the same row) leaves the compute-bound rows (384 and
