@@ -33,7 +33,8 @@ class PublishedRun:
     'hardware': what the GPUs ran, i.e. with the recomputation — 96Bslh²(1 + s/6h + V/16lh) for full;
     'sim': sim.cost.model_flops_per_step, 3 × the forward of the model as shaped (grouped-query
     attention, gated MLP) with the output head, recomputation not counted — PaLM's 6N + 12·l·h·s
-    per token, which the H100 papers' MFU uses, up to the input embedding's 6hV (< 1 %)).
+    per token, which the H100 papers' MFU uses, with N leaving out the input embedding (a lookup:
+    counted as 6hV it would add 10 % to Nemotron-4 15B, whose reported MFU follows without it)).
     ``overlap_dp``: the data-parallel gradient all-reduce overlaps the last backward (DDP 'torch').
     ``family``: 'megatron' (tensor × pipeline parallel, DP all-reduce or ZeRO-1), 'zero3' (ZeRO-3
     data parallelism), 'offload' (ZeRO with the optimizer on the CPU), 'h100' (runs on H100s,
