@@ -14,8 +14,9 @@ Modules: ``config`` (Model, GPU, Cluster + presets), ``plan`` (Plan, from a Deep
 ``pipeline`` (bubble closed forms, schedule orders), ``graph`` (the step's task graph),
 ``engine`` (list scheduling, ``simulate``), ``events`` (event-heap engine: shared links, memory caps),
 ``idle`` (idle time by cause), ``memory_timeline``, ``trace`` (Chrome/Perfetto JSON), ``render``
-(Gantt, memory stack), ``widgets`` (ipywidgets explorers), ``published``, ``published_deepspeed`` and
-``published_run`` (published runs with their sources), ``calibrate`` (fitted constants), ``validation``
+(Gantt, memory stack), ``widgets`` (ipywidgets explorers), ``published``, ``published_deepspeed``,
+``published_hopper`` and ``published_run`` (published runs with their sources), ``calibrate``
+(fitted constants), ``validation``
 (simulated vs published table: ``python -m sim.validation``), ``fit_local`` (calibration on real zero_ref runs on this machine),
 ``utilization`` (MFU / HFU), ``search`` (plan auto-tuner), ``bounds`` (memory and step-time lower
 bounds), ``advice`` (the ZeRO / offload ladder), ``context`` (context parallelism: ring attention and

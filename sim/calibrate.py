@@ -2,10 +2,10 @@
 
 Validation rung 3 (sim_anchors §3.5): the simulator against published measurements.
 
-What is fitted. Four constants of ``sim.Costs``, on four rows (``CALIBRATION``: Korthikanti
+What is fitted. Five constants of ``sim.Costs``, on five rows (``CALIBRATION``: Korthikanti
 et al.'s Table 5, 22B and 175B with sequence parallelism + selective recomputation, 1.10 s and
 13.75 s; Narayanan et al.'s Table 2, ZeRO-3 175B on 768 GPUs, 88 TFLOP/s; Shoeybi et al.'s
-single-V100 baseline, 1.2B at 39 TFLOP/s):
+single-V100 baseline, 1.2B at 39 TFLOP/s; Llama 3's Table 4, 405B on 8,192 H100s, 430 TFLOP/s):
 
     efficiency      share of the A100's 312 TFLOP/s the GEMMs reach
     bandwidth       share of a link's bandwidth a collective reaches (nvlink_efficiency and
@@ -15,6 +15,13 @@ single-V100 baseline, 1.2B at 39 TFLOP/s):
     v100            share of a V100's peak its GEMMs reach (efficiency_by_gpu; A100 rows cannot
                     tell it: the fitted A100 share makes V100 runs 1.5× too fast). The row is one
                     GPU without communication: it measures the compute alone.
+    h100            share of an H100's (and an H200's: the same die) peak its GEMMs reach
+                    (efficiency_by_gpu). The A100's share makes Llama 3 405B 6 % too fast on
+                    8,192 H100s; fitted, the held-out H100 rows (Llama 3 on 16,384 GPUs,
+                    Nemotron-4 15B on 768 to 2,304) are within 12 %. ``sim.Costs()`` carries the
+                    fitted value as its default (sim.cost.H100_EFFICIENCY), so a plain
+                    ``sim.simulate`` on H100s runs at it; the other four defaults of ``Costs`` are
+                    guesses, ``calibrate()`` returns them fitted.
 
 Each row fixes the constant it is the only row to depend on, so the fit is a solve, one row per
 constant; the rows of each family that are not among them are its held-out test (``validate``,
@@ -45,9 +52,11 @@ held-out MAPE for each. The structure itself (blocking TP collectives, scatter/g
 element-wise byte count including the score GEMMs' I/O, ZeRO-3's on-demand backward gathers) was
 settled while the held-out errors were visible: each piece is how Megatron or DeepSpeed runs, not
 a per-row knob, but read the held-out MAPE as that of a model its author could see being tested.
-The V100 row is a fourth calibration row beyond "two Megatron rows and one ZeRO row": a GPU
+The V100 and H100 rows are calibration rows beyond "two Megatron rows and one ZeRO row": a GPU
 generation's GEMM efficiency cannot come from another generation's rows (sim.validation prints
-what the A100's does to V100 runs).
+what the A100's does to V100 runs). The H100 row's link constants are the A100 rows' (no H100 row
+we could read separates NVLink 4 or 400 Gb/s NICs from compute), and the A100 rows do not depend
+on ``h100``, so the five-row solve is the four-row one followed by the H100 row's.
 
     from sim import calibrate
     costs = calibrate.calibrate()                 # a sim.Costs
@@ -69,11 +78,14 @@ from sim.graph import build_graph
 from sim.published import ALL, PublishedRun, get
 
 CALIBRATION = ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "narayanan-t2-zero3-174.6B-768",
-               "shoeybi-1.2B-1gpu")
-PARAMS = ("efficiency", "bandwidth", "zero3", "v100")
+               "shoeybi-1.2B-1gpu", "llama3-405B-8192")
+PARAMS = ("efficiency", "bandwidth", "zero3", "v100", "h100")
 _FIELDS = {"efficiency": ("efficiency",), "bandwidth": ("nvlink_efficiency", "ib_efficiency"),
-           "zero3": ("zero3_efficiency",), "v100": ("efficiency_by_gpu",)}
+           "zero3": ("zero3_efficiency",), "v100": ("efficiency_by_gpu",), "h100": ("efficiency_by_gpu",)}
 V100 = "V100-32GB"
+# the GPU presets each per-GPU parameter sets: an H200 is the H100's SXM5 die (same 989 TFLOP/s, clocks
+# and tensor cores) with more and faster HBM, which sim.cost times apart (GPU.hbm_bw)
+GPUS_OF = {"v100": (V100,), "h100": ("H100-80GB", "H200-141GB")}
 
 
 def granularity(run: PublishedRun) -> str:
@@ -86,7 +98,7 @@ def granularity(run: PublishedRun) -> str:
 
 def graph(run: PublishedRun):
     """The run's task graph (it holds work, not seconds: one graph is re-timed for every Costs)."""
-    return build_graph(run.model(), run.plan(), granularity=granularity(run))
+    return build_graph(run.sim_model(), run.plan(), granularity=granularity(run))
 
 
 def predict(run: PublishedRun | str, costs: Costs, g=None) -> float:
@@ -104,9 +116,10 @@ def with_params(base: Costs, values: dict[str, float]) -> Costs:
     for name, v in values.items():
         if name not in _FIELDS:
             raise ValueError(f"unknown calibration parameter {name!r}; choose from {', '.join(_FIELDS)}")
-        if name == "v100":
-            others = tuple(p for p in base.efficiency_by_gpu if p[0] != V100)
-            kw["efficiency_by_gpu"] = others + ((V100, float(v)),)
+        if name in GPUS_OF:
+            by_gpu = kw.get("efficiency_by_gpu", base.efficiency_by_gpu)
+            others = tuple(p for p in by_gpu if p[0] not in GPUS_OF[name])
+            kw["efficiency_by_gpu"] = others + tuple((g, float(v)) for g in GPUS_OF[name])
         else:
             kw.update(dict.fromkeys(_FIELDS[name], float(v)))
     return base.override(**kw)
@@ -114,8 +127,8 @@ def with_params(base: Costs, values: dict[str, float]) -> Costs:
 
 def param_value(costs: Costs, name: str) -> float:
     """The value of calibration parameter ``name`` in ``costs`` (see PARAMS)."""
-    if name == "v100":
-        return dict(costs.efficiency_by_gpu).get(V100, costs.efficiency)
+    if name in GPUS_OF:
+        return dict(costs.efficiency_by_gpu).get(GPUS_OF[name][0], costs.efficiency)
     return getattr(costs, _FIELDS[name][0])
 
 

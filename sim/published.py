@@ -3,7 +3,8 @@
 Every number below was read in the paper's text (or the run's own published log or script) and
 the place is named next to the row; what a paper does not say is stated as an assumption in the
 row's ``assumptions``. ``ALL`` holds every row: Megatron-LM's papers, MT-NLG and BLOOM here,
-ZeRO's papers in sim.published_deepspeed. sim.calibrate fits on ``CALIBRATION`` and predicts the rest.
+ZeRO's papers in sim.published_deepspeed, the H100 runs (Llama 3 405B, Nemotron-4 15B) in
+sim.published_hopper. sim.calibrate fits on ``CALIBRATION`` and predicts the rest.
 
 Sources
 -------
@@ -200,9 +201,10 @@ BLOOM_176B = (PublishedRun(
 
 
 from sim.published_deepspeed import DEEPSPEED  # noqa: E402  (its rows are PublishedRuns too)
+from sim.published_hopper import HOPPER, LLAMA3_405B, NEMOTRON4_15B  # noqa: E402,F401 (re-exported)
 
 ALL = (KORTHIKANTI_TABLE5 + NARAYANAN_TABLE1 + NARAYANAN_TABLE2 + SHOEYBI_SCALING + MTNLG_530B + BLOOM_176B
-       + DEEPSPEED)
+       + DEEPSPEED + HOPPER)
 BY_NAME = {r.name: r for r in ALL}
 
 
@@ -213,7 +215,7 @@ def get(name: str) -> PublishedRun:
 
 
 def family(name: str) -> tuple[PublishedRun, ...]:
-    """Every row of one family: 'megatron', 'zero3' or 'offload'."""
+    """Every row of one family: 'megatron', 'zero3', 'offload' or 'h100'."""
     if name not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
     return tuple(r for r in ALL if r.family == name)

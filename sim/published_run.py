@@ -8,19 +8,20 @@ and/or achieved TFLOP/s per GPU), with the table and row they come from. ``run.m
 the FLOPs formula the papers divide the time by to get their TFLOP/s (Megatron-LM's, which
 Megatron-DeepSpeed, DeepSpeed's examples and BigScience log with as well).
 
-The rows themselves live in sim.published (Megatron-LM's papers, MT-NLG, BLOOM) and
-sim.published_deepspeed (ZeRO's papers).
+The rows themselves live in sim.published (Megatron-LM's papers, MT-NLG, BLOOM),
+sim.published_deepspeed (ZeRO's papers) and sim.published_hopper (H100 runs: Llama 3, Nemotron-4).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.config import Cluster, Model
+from sim.cost import model_flops_per_step
 from sim.plan import Plan
 
 SEQ, VOCAB = 2048, 51200
 A100_PEAK = 312e12
-FAMILIES = ("megatron", "zero3", "offload")
+FAMILIES = ("megatron", "zero3", "offload", "h100")
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,20 @@ class PublishedRun:
 
     ``iteration_time`` (s) and/or ``tflops_per_gpu`` as reported; ``flops`` names the formula
     behind the reported TFLOP/s ('model': 72Bslh²(1 + s/6h + V/12lh), recomputation not counted;
-    'hardware': what the GPUs ran, i.e. with the recomputation — 96Bslh²(1 + s/6h + V/16lh) for full).
+    'hardware': what the GPUs ran, i.e. with the recomputation — 96Bslh²(1 + s/6h + V/16lh) for full;
+    'sim': sim.cost.model_flops_per_step, 3 × the forward of the model as shaped (grouped-query
+    attention, gated MLP) with the output head, recomputation not counted — PaLM's 6N + 12·l·h·s
+    per token, which the H100 papers' MFU uses, with N leaving out the input embedding (a lookup:
+    counted as 6hV it would add 10 % to Nemotron-4 15B, whose reported MFU follows without it)).
     ``overlap_dp``: the data-parallel gradient all-reduce overlaps the last backward (DDP 'torch').
     ``family``: 'megatron' (tensor × pipeline parallel, DP all-reduce or ZeRO-1), 'zero3' (ZeRO-3
-    data parallelism), 'offload' (ZeRO with the optimizer on the CPU). ``node``: Cluster fields
+    data parallelism), 'offload' (ZeRO with the optimizer on the CPU), 'h100' (runs on H100s,
+    tensor × pipeline parallel: their GEMM efficiency is fitted apart). ``shape``: ``sim.Model``
+    fields that differ from a GPT block (ffn, gated, norm, kv_heads, dropout, bias, tied), as
+    (name, value) pairs. ``attention``: the Plan's 'eager' or 'flash'. ``pipeline_layers``: the
+    layer slots the pipeline is cut into, when the run gives the embedding and the output layer
+    a slot of their own (Llama 3); the simulation runs that many layers (``sim_model``), the FLOPs
+    count the model's ``layers``. ``node``: Cluster fields
     that differ from the ``gpu`` preset, as (name, value) pairs. ``assumptions``: what the paper
     does not say and the row assumes.
     """
@@ -65,6 +76,9 @@ class PublishedRun:
     node: tuple = ()
     positions: str = "learned"
     family: str = "megatron"
+    shape: tuple = ()
+    attention: str = "eager"
+    pipeline_layers: int | None = None
     assumptions: str = ""
 
     def __post_init__(self):
@@ -77,6 +91,8 @@ class PublishedRun:
             raise ValueError(f"{self.name}: a published run needs a measurement")
         if self.family not in FAMILIES:
             raise ValueError(f"{self.name}: family must be one of {FAMILIES}, got {self.family!r}")
+        if self.flops not in ("model", "hardware", "sim"):
+            raise ValueError(f"{self.name}: flops must be 'model', 'hardware' or 'sim', got {self.flops!r}")
 
     @property
     def dp(self) -> int:
@@ -88,7 +104,12 @@ class PublishedRun:
 
     def model(self) -> Model:
         return Model(self.name, self.layers, self.hidden, self.heads, self.vocab, self.seq,
-                     positions=self.positions)
+                     positions=self.positions, **dict(self.shape))
+
+    def sim_model(self) -> Model:
+        """The model the simulation runs: ``model()`` with ``pipeline_layers`` layers if set."""
+        m = self.model()
+        return m if self.pipeline_layers is None else replace(m, layers=self.pipeline_layers)
 
     def cluster(self) -> Cluster:
         per_node = min(self.gpus_per_node, self.gpus)
@@ -107,10 +128,12 @@ class PublishedRun:
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision=self.precision,
                     offload_optimizer=self.offload_optimizer, overlap_comm=self.overlap_dp or deepspeed,
                     reduce_bucket_size=12_500_000 if self.overlap_dp and not deepspeed else 500_000_000,
-                    gradient_clipping=1.0)
+                    gradient_clipping=1.0, attention=self.attention)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""
+        if self.flops == "sim":
+            return model_flops_per_step(self.model(), self.global_batch)
         return megatron_flops(self.model(), self.global_batch,
                               recompute=self.recompute if self.flops == "hardware" else "none")
 

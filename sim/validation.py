@@ -7,7 +7,9 @@ every other row of sim.published and returns the table: per row the published an
 time and TFLOP/s per GPU (the paper's own FLOPs count) and the errors, then the mean absolute
 error over the held-out rows, overall and per family — 'megatron' (tensor × pipeline parallel,
 Megatron-LM and Megatron-DeepSpeed), 'zero3' (ZeRO-3 data parallelism) and 'offload' (ZeRO with
-the optimizer on the CPU). ``before()`` is the same with the cost model as it was before the
+the optimizer on the CPU) — then the H100 section ('h100': Llama 3 405B and Nemotron-4 15B, the
+H100 GEMM efficiency fitted on one row, the others held out) and the same rows with the A100's
+efficiency in its place (``h100_table``). ``before()`` is the same with the cost model as it was before the
 ZeRO-3 and V100 constants existed (two constants, prefetched backward gathers), for comparison.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ def family_mape(validation, family: str) -> float:
     return fmean(errs) if errs else float("nan")
 
 
-def table(validation, fit=None) -> str:
+def table(validation, fit=None, families=FAMILIES) -> str:
     """Per-row lines (calibration rows first, marked) and the MAPE lines, overall and per family."""
     lines = [f"{'run':38s} {'family':8s} {'time s':>8s} {'sim s':>8s} {'err':>7s} {'TFLOP/s':>8s} {'sim':>7s}"
              f" {'err':>7s}"]
@@ -37,17 +39,32 @@ def table(validation, fit=None) -> str:
     lines.append(f"held-out MAPE over {len(held.rows)} rows: time {held.mape_time:.1%}, TFLOP/s per GPU "
                  f"{held.mape_tflops:.1%}; by family: " + ", ".join(
                      f"{f} {family_mape(held, f):.1%} ({sum(get(r.name).family == f for r in held.rows)} rows)"
-                     for f in FAMILIES))
+                     for f in families))
     return "\n".join(lines)
 
 
+def h100_table(fit) -> str:
+    """The H100 rows with the fitted H100 efficiency (fitted row marked), then with the A100's."""
+    rows = [r for r in (get(n) for n in calibrate.CALIBRATION) if r.family == "h100"]
+    rows += [r for r in calibrate.held_out(fit.rows) if r.family == "h100"]
+    a100 = calibrate.with_params(fit.costs, {"h100": fit.values["efficiency"]})
+    return (f"H100 (NVLink 4, 400 Gb/s per GPU; bf16 peak 989 TFLOP/s): GEMM efficiency h100 = "
+            f"{fit.values['h100']:.4f} fitted on the marked row, the others held out\n"
+            + table(calibrate.validate(fit.costs, rows), fit, ("h100",))
+            + f"\nthe same rows with the A100's efficiency ({fit.values['efficiency']:.4f}) on H100s:\n"
+            + table(calibrate.validate(a100, rows), fit, ("h100",)))
+
+
 def report() -> str:
-    """Fit, predict every published row, and return the table (see the module docstring)."""
+    """Fit, predict every published row, and return the tables (see the module docstring)."""
     fit = calibrate.fit()
     rows = [get(n) for n in calibrate.CALIBRATION] + list(calibrate.held_out())
     head = ("calibrated on " + ", ".join(fit.rows) + ": "
             + ", ".join(f"{k} = {v:.4f}" for k, v in fit.values.items()))
-    return head + "\n" + table(calibrate.validate(fit.costs, rows), fit)
+    older = [r for r in rows if r.family != "h100"]
+    return (head + "\nA100 and V100:\n"
+            + table(calibrate.validate(fit.costs, older), fit, tuple(f for f in FAMILIES if f != "h100"))
+            + "\n" + h100_table(fit))
 
 
 def before() -> str:
@@ -58,7 +75,8 @@ def before() -> str:
     graph.BACKWARD_GATHER = "prefetch"
     try:
         fit = calibrate.fit(calibrate.CALIBRATION[:2], params=("efficiency", "bandwidth"))
-        return table(calibrate.validate(fit.costs, calibrate.held_out(fit.rows)), fit)
+        rows = [r for r in calibrate.held_out(fit.rows) if r.family != "h100"]
+        return table(calibrate.validate(fit.costs, rows), fit, tuple(f for f in FAMILIES if f != "h100"))
     finally:
         graph.BACKWARD_GATHER = saved
 

@@ -78,7 +78,7 @@ def test_total_compute_is_the_same_under_every_schedule(p, k, recompute, efficie
     for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
         plan = sim.Plan(tp=2, pp=p, dp=2, num_microbatches=m, schedule=schedule, virtual=v,
                         recompute=recompute, zero_stage=1)
-        r = sim.simulate(model, cluster_for(plan), plan, sim.Costs(efficiency=efficiency))
+        r = sim.simulate(model, cluster_for(plan), plan, sim.Costs(efficiency=efficiency, efficiency_by_gpu=()))
         busy[schedule] = (r.busy["compute"], r.busy["tp_comm"])
     for schedule in ("1f1b", "interleaved"):
         for got, want in zip(busy[schedule], busy["gpipe"]):

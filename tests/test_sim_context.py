@@ -52,7 +52,7 @@ def test_ring_hides_its_sends_from_s_star_on():
     # forward: a send of 2·b·(s/cp)·(h/tp)·e bytes against a block of 4·b·s²·h/(tp·cp²) FLOPs; with
     # no latency the send is hidden iff s ≥ s* = cp·F·e/(2·B), F the GEMM rate and B the link's
     c, plan = cluster(), sim.Plan(cp=8, dp=2)
-    rate = c.gpu.peak_flops * NO_ALPHA.efficiency
+    rate = c.gpu.peak_flops * dict(NO_ALPHA.efficiency_by_gpu)["H100-80GB"]  # the H100's fitted GEMM share
     bw = c.nvlink_bw * NO_ALPHA.nvlink_efficiency
     s_star = 8 * rate * 2 / (2 * bw)
     below, above = (sim.Model("m", 2, 4096, 32, 32000, seq=s) for s in (4096, 16 * math.ceil(s_star / 16) + 4096))
