@@ -154,12 +154,19 @@ class Engine(nn.Module):
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
         self._no_sync = False
         self._step_applied = False
+        # backward bookkeeping (``backward``, and ``loss.backward()`` through the hooks below)
+        self._in_engine_backward = False  # engine.backward is running: it scales the loss itself
+        self._torch_backward: int | None = None  # autograd graph task of an open loss.backward(), if any
+        self._forwards = 0  # forwards with gradients since the last backward began
+        self._scaled = False  # engine.scale(loss) was called for the next loss.backward() (fp16)
+        self._backward_start = 0.0
         self._times = {"forward": 0.0, "backward": 0.0, "step": 0.0}
         self._broadcast_model()
         adam, groups, self.client_optimizer = self._adam(optimizer, model_parameters)
         # The stage's param_groups are torch's (one per group, each with its own lr, betas, eps and weight
         # decay, as DeepSpeed's optimizer takes them); schedules write the rate there and the step reads it.
         self.optimizer = STAGES[cfg.zero_optimization.stage](model, param_groups=groups, **self._stage_kwargs(adam))
+        self._hook_parameters()
         self._lr_source = self.optimizer
         self.lr_scheduler = self._scheduler(lr_scheduler)
         self._sync_lr()
@@ -316,24 +323,134 @@ class Engine(nn.Module):
 
     # ------------------------------------------------------------ the training loop
     def forward(self, *args, **kwargs):
-        """The module's forward."""
+        """The module's forward. Its outputs that need gradients get a hook: a ``loss.backward()`` through
+        them runs as ``engine.backward(loss)`` does (see ``_begin_torch_backward``)."""
         start = time.perf_counter()
         out = self.module(*args, **kwargs)
+        if self._hook_outputs(out):
+            self._forwards += 1
         self._times["forward"] += time.perf_counter() - start
         return out
 
     def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True) -> torch.Tensor:
         """Backward of loss / gradient_accumulation_steps (× the fp16 loss scale); gradients are
-        reduced (stage 0/1: at the boundary; stage 2/3: every micro-step) by the stage."""
-        if retain_graph or not scale_wrt_gas:
-            raise ValueError("backward: retain_graph=True and scale_wrt_gas=False are not supported by zero_ref")
+        reduced (stage 0/1: at the boundary; stage 2/3: every micro-step) by the stage. Returns the loss
+        divided by gradient_accumulation_steps, as DeepSpeed's does.
+
+        As DeepSpeed's (``DeepSpeedEngine.backward``, deepspeed/runtime/engine.py): ``retain_graph`` is handed
+        to autograd, and ``scale_wrt_gas=False`` leaves the loss undivided (the script has divided it). One
+        backward per micro-batch: see ``_one_backward``."""
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
+            raise ValueError("backward: loss must be a scalar tensor with a grad_fn (the output of a forward with "
+                             "gradients enabled)")
+        self._one_backward()
         start = time.perf_counter()
-        if self._no_sync:
-            self.optimizer.accumulate(loss)  # no reduction, no micro-step: the next backward outside reduces it
-        else:
-            self.optimizer.backward(loss)
+        self._in_engine_backward = True
+        try:
+            if self._no_sync:
+                self.optimizer.accumulate(loss)  # no reduction, no micro-step: the next backward outside reduces it
+            else:
+                self.optimizer.backward(loss, retain_graph=retain_graph, scale_wrt_gas=scale_wrt_gas)
+        finally:
+            self._in_engine_backward = False
         self._times["backward"] += time.perf_counter() - start
-        return loss
+        return loss / self.gradient_accumulation_steps() if scale_wrt_gas else loss
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss times the fp16 loss scale, for a script that calls ``engine.scale(loss).backward()``; the
+        loss itself in fp32 and bf16 (no loss scale). As DeepSpeed's ``DeepSpeedEngine.scale``
+        (deepspeed/runtime/engine.py, through ``ZeROOptimizer.scale_if_loss``): with fp16, a plain
+        ``loss.backward()`` is refused."""
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
+            raise ValueError("scale: loss must be a scalar tensor with a grad_fn; for a non-scalar tensor call "
+                             "tensor.backward(grad) on the output of engine(...)")
+        self._scaled = True
+        return loss * self.optimizer.loss_scale if self.config.precision == "fp16" else loss
+
+    # ``loss.backward()`` on what ``engine(...)`` returned, then ``engine.step()``, as DeepSpeed 0.19.8 allows it
+    # at ZeRO stages 1-3 (``DeepSpeedEngine.forward`` hooks the outputs with ``register_output_backward_hooks``,
+    # deepspeed/runtime/utils.py; its first hook runs ``_backward_prologue``, and ``_backward_epilogue`` runs
+    # once autograd is done). Here a hook on each output that needs gradients opens the backward (the stage's
+    # ``begin_backward``: is it the boundary? reduce in this backward?) and queues its end on autograd's
+    # engine (``queue_callback``, as FSDP does), where the stage reduces what is still due and counts the
+    # micro-step: the stage's own code paths, whichever backward the script calls. The 1/GAS scaling is done
+    # on each trainable parameter's gradient (a pre-accumulation hook), once per backward: DeepSpeed divides
+    # the gradient of every output instead, so a model returning (logits, loss) gets 1/GAS twice on loss's
+    # path at ZeRO-1/2 (its gradient norm comes out halved at GAS 2); here both ways give the gradients
+    # ``engine.backward(loss)`` gives (bit for bit at a power-of-two GAS). A loss term reaching the parameters
+    # before any output (a penalty on the weights added outside the model) opens the backward from the
+    # parameter's hook, as long as ``engine(...)`` ran since the last backward.
+    def _hook_outputs(self, out) -> bool:
+        """Hook every tensor in ``out`` (nested tuples, lists, dicts) that needs gradients; True if any."""
+        if isinstance(out, torch.Tensor):
+            if out.requires_grad and out.grad_fn is not None:
+                out.register_hook(self._output_grad)
+                return True
+            return False
+        values = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+        return any([self._hook_outputs(v) for v in values])  # (a list: hook them all)
+
+    def _hook_parameters(self) -> None:
+        for p in self.module.parameters():
+            if p.requires_grad:
+                p.register_hook(self._param_grad)
+
+    def _output_grad(self, grad: torch.Tensor) -> None:
+        if not self._in_engine_backward and self._torch_backward != torch._C._current_graph_task_id():
+            self._begin_torch_backward()
+
+    def _param_grad(self, grad: torch.Tensor) -> torch.Tensor | None:
+        if self._in_engine_backward:
+            return None  # engine.backward divided the loss itself
+        if self._torch_backward is None:
+            if not self._forwards:
+                raise RuntimeError(
+                    "a backward reached the model's parameters, but engine(...) has not run since the last backward: "
+                    "call backward on what engine(...) returned (loss.backward() or engine.backward(loss)), not on "
+                    "the output of the module called directly")
+            self._begin_torch_backward()
+        gas = self.gradient_accumulation_steps()
+        return None if gas == 1 else grad / gas
+
+    def _begin_torch_backward(self) -> None:
+        """A ``loss.backward()`` begins: DeepSpeed's refusals, then the stage's ``begin_backward``."""
+        if self._torch_backward is not None:  # a loss.backward() that raised never reached its end
+            self._torch_backward = None
+            self.optimizer.end_backward(failed=True)
+        stage = self.zero_optimization_stage()
+        if stage == 0:
+            raise RuntimeError("loss.backward() at ZeRO stage 0 is refused, as DeepSpeed 0.19.8 refuses it (\"Direct "
+                               "calls to tensor.backward() are not supported in this configuration\": its stage-0 "
+                               "optimizer is not a ZeRO optimizer, DeepSpeedEngine._backward_prologue): call "
+                               "engine.backward(loss), or use ZeRO stage 1-3")
+        if self.config.precision == "fp16" and not self._scaled:
+            raise RuntimeError("fp16: loss.backward() without the loss scale; call engine.scale(loss).backward() or "
+                               "engine.backward(loss) (DeepSpeed raises \"Loss scaling is required\" with a dynamic "
+                               "scale, and with a static one divides unscaled gradients by it)")
+        self._scaled = False
+        self._one_backward()
+        self.optimizer.begin_backward(reduce=not self._no_sync)
+        self._torch_backward = torch._C._current_graph_task_id()
+        self._backward_start = time.perf_counter()
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_torch_backward)
+
+    def _end_torch_backward(self) -> None:
+        """Autograd has finished the backward: the stage reduces what is due and counts the micro-step."""
+        self._torch_backward = None
+        self.optimizer.end_backward()
+        self._times["backward"] += time.perf_counter() - self._backward_start
+
+    def _one_backward(self) -> None:
+        """One backward per micro-batch (inside ``no_sync()``: any number, none counted). DeepSpeed 0.19.8 takes
+        several (``engine.backward(a, retain_graph=True); engine.backward(b)``) and its ZeRO-0 result is the one
+        for a + b, but at ZeRO-1/2 its gradient norm comes out different (0.38 where one backward of the same
+        loss gives 0.99, measured) and at ZeRO-3 the second backward fails: here the second is refused."""
+        self._forwards = 0
+        if not self._no_sync and self.optimizer.micro_steps != self.micro_steps:
+            raise RuntimeError("a second backward in one micro-batch: zero_ref takes one backward per micro-batch "
+                               "before engine.step() (DeepSpeed 0.19.8 takes several, but gets ZeRO-1/2 gradients "
+                               "wrong and fails at ZeRO-3): backward once on the sum of the losses, e.g. "
+                               "engine.backward(loss_real + loss_fake)")
 
     @contextmanager
     def no_sync(self):
@@ -364,8 +481,10 @@ class Engine(nn.Module):
             raise RuntimeError("engine.step() inside no_sync(): step after the context, once a backward outside it "
                                "has reduced the gradients (DeepSpeed refuses it too)")
         if self.optimizer.micro_steps != self.micro_steps + 1:
-            raise RuntimeError("engine.step() must follow exactly one engine.backward(loss) per micro-batch "
-                               f"(backward calls: {self.optimizer.micro_steps}, step calls: {self.micro_steps})")
+            raise RuntimeError("engine.step() must follow exactly one backward per micro-batch: engine.backward(loss), "
+                               "or loss.backward() on what engine(...) returned (a backward that reached none of the "
+                               "model's trainable parameters does not count; backwards so far: "
+                               f"{self.optimizer.micro_steps}, step calls: {self.micro_steps})")
         start = time.perf_counter()
         if self.is_gradient_accumulation_boundary():
             self._sync_lr()
