@@ -6,6 +6,11 @@
         engine.backward(loss)         # loss / gradient_accumulation_steps (× the fp16 scale), reduce when due
         engine.step()                 # at the accumulation boundary: clip, Adam, schedule; else bookkeeping
 
+As in DeepSpeed 0.19.8, at ZeRO stages 1-3 the script may call ``loss.backward()`` on what ``engine(...)``
+returned instead of ``engine.backward(loss)`` (``engine.scale(loss).backward()`` with fp16): hooks on the
+outputs and the parameters run it as ``engine.backward`` (see ``Engine._hook_outputs``). One backward per
+micro-batch, whichever it is.
+
 ``initialize`` has DeepSpeed's signature and return tuple. It joins torch.distributed if it is not
 joined yet (from torchrun's environment, or as a single rank when there is none), reads the config
 (``zero_ref.config``: DeepSpeed's keys and defaults, one clear error per problem), and composes the
@@ -28,6 +33,7 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -391,17 +397,20 @@ class Engine(nn.Module):
         return any([self._hook_outputs(v) for v in values])  # (a list: hook them all)
 
     def _hook_parameters(self) -> None:
-        for p in self.module.parameters():
-            if p.requires_grad:
-                p.register_hook(self._param_grad)
+        self._trainable = [p for p in self.module.parameters() if p.requires_grad]
+        for p in self._trainable:
+            p.register_hook(partial(self._param_grad, p))
 
     def _output_grad(self, grad: torch.Tensor) -> None:
-        if not self._in_engine_backward and self._torch_backward != torch._C._current_graph_task_id():
+        if self._in_engine_backward or self._torch_backward == torch._C._current_graph_task_id():
+            return  # engine.backward's own, or this backward is open already
+        if any(self._accumulates_into(p) for p in self._trainable):
             self._begin_torch_backward()
+        # else torch.autograd.grad (a gradient penalty) or a backward(inputs=...) that leaves the parameters alone
 
-    def _param_grad(self, grad: torch.Tensor) -> torch.Tensor | None:
-        if self._in_engine_backward:
-            return None  # engine.backward divided the loss itself
+    def _param_grad(self, p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor | None:
+        if self._in_engine_backward or not self._accumulates_into(p):
+            return None  # engine.backward divided the loss itself; torch.autograd.grad is not training
         if self._torch_backward is None:
             if not self._forwards:
                 raise RuntimeError(
@@ -411,6 +420,16 @@ class Engine(nn.Module):
             self._begin_torch_backward()
         gas = self.gradient_accumulation_steps()
         return None if gas == 1 else grad / gas
+
+    @staticmethod
+    def _accumulates_into(p: torch.Tensor) -> bool:
+        """Will the running backward accumulate into ``p.grad``? (False under ``torch.autograd.grad``.)"""
+        with torch.enable_grad():
+            node = torch.autograd.graph._get_grad_fn_or_grad_acc(p)
+        try:
+            return bool(torch._C._will_engine_execute_node(node))
+        except RuntimeError:  # "... we are currently running autograd.grad()"
+            return False
 
     def _begin_torch_backward(self) -> None:
         """A ``loss.backward()`` begins: DeepSpeed's refusals, then the stage's ``begin_backward``."""
