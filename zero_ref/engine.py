@@ -8,8 +8,8 @@
 
 As in DeepSpeed 0.19.8, at ZeRO stages 1-3 the script may call ``loss.backward()`` on what ``engine(...)``
 returned instead of ``engine.backward(loss)`` (``engine.scale(loss).backward()`` with fp16): hooks on the
-outputs and the parameters run it as ``engine.backward`` (see ``Engine._hook_outputs``). One backward per
-micro-batch, whichever it is.
+outputs and the parameters run it as ``engine.backward`` (see ``Engine._hook_outputs``). Several backwards
+before one ``step()``, of either kind, train as one backward of their sum.
 
 ``initialize`` has DeepSpeed's signature and return tuple. It joins torch.distributed if it is not
 joined yet (from torchrun's environment, or as a single rank when there is none), reads the config
@@ -344,19 +344,19 @@ class Engine(nn.Module):
         divided by gradient_accumulation_steps, as DeepSpeed's does.
 
         As DeepSpeed's (``DeepSpeedEngine.backward``, deepspeed/runtime/engine.py): ``retain_graph`` is handed
-        to autograd, and ``scale_wrt_gas=False`` leaves the loss undivided (the script has divided it). One
-        backward per micro-batch: see ``_one_backward``."""
+        to autograd, and ``scale_wrt_gas=False`` leaves the loss undivided (the script has divided it).
+        Several backwards before one ``step()`` add up: see ``_again``."""
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
             raise ValueError("backward: loss must be a scalar tensor with a grad_fn (the output of a forward with "
                              "gradients enabled)")
-        self._one_backward()
+        again = self._again()
         start = time.perf_counter()
         self._in_engine_backward = True
         try:
             if self._no_sync:
                 self.optimizer.accumulate(loss)  # no reduction, no micro-step: the next backward outside reduces it
             else:
-                self.optimizer.backward(loss, retain_graph=retain_graph, scale_wrt_gas=scale_wrt_gas)
+                self.optimizer.backward(loss, retain_graph=retain_graph, scale_wrt_gas=scale_wrt_gas, again=again)
         finally:
             self._in_engine_backward = False
         self._times["backward"] += time.perf_counter() - start
@@ -447,8 +447,7 @@ class Engine(nn.Module):
                                "engine.backward(loss) (DeepSpeed raises \"Loss scaling is required\" with a dynamic "
                                "scale, and with a static one divides unscaled gradients by it)")
         self._scaled = False
-        self._one_backward()
-        self.optimizer.begin_backward(reduce=not self._no_sync)
+        self.optimizer.begin_backward(reduce=not self._no_sync, again=self._again())
         self._torch_backward = torch._C._current_graph_task_id()
         self._backward_start = time.perf_counter()
         torch.autograd.Variable._execution_engine.queue_callback(self._end_torch_backward)
@@ -459,17 +458,18 @@ class Engine(nn.Module):
         self.optimizer.end_backward()
         self._times["backward"] += time.perf_counter() - self._backward_start
 
-    def _one_backward(self) -> None:
-        """One backward per micro-batch (inside ``no_sync()``: any number, none counted). DeepSpeed 0.19.8 takes
-        several (``engine.backward(a, retain_graph=True); engine.backward(b)``) and its ZeRO-0 result is the one
-        for a + b, but at ZeRO-1/2 its gradient norm comes out different (0.38 where one backward of the same
-        loss gives 0.99, measured) and at ZeRO-3 the second backward fails: here the second is refused."""
+    def _again(self) -> bool:
+        """Is the backward about to run another one of the micro-batch whose backward ran already?
+
+        Several backwards before one ``engine.step()`` (a GAN's ``engine.backward(loss_real)``,
+        ``engine.backward(loss_fake)``; or through one graph with ``retain_graph=True``) train as one backward
+        of their sum: the stage keeps the micro-step's boundary and reopens gradients it has reduced already
+        (``begin_backward(again=True)``). DeepSpeed 0.19.8 takes them too (its engine counts micro-steps in
+        ``step()`` only); its ZeRO-0 result is the sum's, but at ZeRO-1/2 its gradient norm comes out
+        different (0.38 where one backward of the same loss gives 0.99, tests/test_engine.py's model at
+        GAS 2) and at ZeRO-3 the second backward fails. Inside ``no_sync()`` nothing is counted."""
         self._forwards = 0
-        if not self._no_sync and self.optimizer.micro_steps != self.micro_steps:
-            raise RuntimeError("a second backward in one micro-batch: zero_ref takes one backward per micro-batch "
-                               "before engine.step() (DeepSpeed 0.19.8 takes several, but gets ZeRO-1/2 gradients "
-                               "wrong and fails at ZeRO-3): backward once on the sum of the losses, e.g. "
-                               "engine.backward(loss_real + loss_fake)")
+        return not self._no_sync and self.optimizer.micro_steps == self.micro_steps + 1
 
     @contextmanager
     def no_sync(self):
