@@ -330,7 +330,7 @@ class Engine(nn.Module):
     # ------------------------------------------------------------ the training loop
     def forward(self, *args, **kwargs):
         """The module's forward. Its outputs that need gradients get a hook: a ``loss.backward()`` through
-        them runs as ``engine.backward(loss)`` does (see ``_begin_torch_backward``)."""
+        them runs as ``engine.backward(loss)`` does (see the note above ``_hook_outputs``)."""
         start = time.perf_counter()
         out = self.module(*args, **kwargs)
         if self._hook_outputs(out):
@@ -349,6 +349,7 @@ class Engine(nn.Module):
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
             raise ValueError("backward: loss must be a scalar tensor with a grad_fn (the output of a forward with "
                              "gradients enabled)")
+        self._drop_failed_backward()
         again = self._again()
         start = time.perf_counter()
         self._in_engine_backward = True
@@ -382,7 +383,7 @@ class Engine(nn.Module):
     # micro-step: the stage's own code paths, whichever backward the script calls. The 1/GAS scaling is done
     # on each trainable parameter's gradient (a pre-accumulation hook), once per backward: DeepSpeed divides
     # the gradient of every output instead, so a model returning (logits, loss) gets 1/GAS twice on loss's
-    # path at ZeRO-1/2 (its gradient norm comes out halved at GAS 2); here both ways give the gradients
+    # path at ZeRO-1/2 (its gradient norm comes out halved at GAS 2, measured); here both ways give the gradients
     # ``engine.backward(loss)`` gives (bit for bit at a power-of-two GAS). A loss term reaching the parameters
     # before any output (a penalty on the weights added outside the model) opens the backward from the
     # parameter's hook, as long as ``engine(...)`` ran since the last backward.
@@ -433,9 +434,7 @@ class Engine(nn.Module):
 
     def _begin_torch_backward(self) -> None:
         """A ``loss.backward()`` begins: DeepSpeed's refusals, then the stage's ``begin_backward``."""
-        if self._torch_backward is not None:  # a loss.backward() that raised never reached its end
-            self._torch_backward = None
-            self.optimizer.end_backward(failed=True)
+        self._drop_failed_backward()
         stage = self.zero_optimization_stage()
         if stage == 0:
             raise RuntimeError("loss.backward() at ZeRO stage 0 is refused, as DeepSpeed 0.19.8 refuses it (\"Direct "
@@ -452,6 +451,12 @@ class Engine(nn.Module):
         self._backward_start = time.perf_counter()
         torch.autograd.Variable._execution_engine.queue_callback(self._end_torch_backward)
 
+    def _drop_failed_backward(self) -> None:
+        """A loss.backward() that raised never reached its end: release what the stage held for it."""
+        if self._torch_backward is not None:
+            self._torch_backward = None
+            self.optimizer.end_backward(failed=True)
+
     def _end_torch_backward(self) -> None:
         """Autograd has finished the backward: the stage reduces what is due and counts the micro-step."""
         self._torch_backward = None
@@ -459,7 +464,7 @@ class Engine(nn.Module):
         self._times["backward"] += time.perf_counter() - self._backward_start
 
     def _again(self) -> bool:
-        """Is the backward about to run another one of the micro-batch whose backward ran already?
+        """True if the backward about to run belongs to a micro-batch that has had its backward already.
 
         Several backwards before one ``engine.step()`` (a GAN's ``engine.backward(loss_real)``,
         ``engine.backward(loss_fake)``; or through one graph with ``retain_graph=True``) train as one backward
