@@ -259,20 +259,10 @@ class ZeroOptimizerBase:
         return self.is_gradient_accumulation_boundary()
 
     def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True,
-                 again: bool = False) -> None:
+                 again: bool = False, reduce: bool = True) -> None:
         """Backward of ``loss`` / GAS (times the loss scale), reducing gradients when due. ``retain_graph``
         and ``scale_wrt_gas=False`` (no division by GAS) are DeepSpeed's ``engine.backward`` arguments;
-        ``again``: see ``begin_backward``."""
-        self._run_backward(loss, reduce=True, retain_graph=retain_graph, scale_wrt_gas=scale_wrt_gas, again=again)
-
-    def accumulate(self, loss: torch.Tensor) -> None:
-        """Backward of ``loss`` / GAS into this rank's gradients only: no reduction, and no micro-step counted
-        (the engine's ``no_sync()``). Stages 0–1 hold full gradients until the boundary's reduction, which then
-        reduces these too; stages 2–3 partition gradients by reducing them, so they cannot wait."""
-        self._run_backward(loss, reduce=False)
-
-    def _run_backward(self, loss: torch.Tensor, reduce: bool, retain_graph: bool = False,
-                      scale_wrt_gas: bool = True, again: bool = False) -> None:
+        ``again`` and ``reduce``: see ``begin_backward``."""
         if loss.dim() != 0:
             raise ValueError(f"backward expects a scalar loss, got shape {tuple(loss.shape)}")
         self.begin_backward(reduce, again)
@@ -282,6 +272,12 @@ class ZeroOptimizerBase:
             self.end_backward(failed=True)
             raise
         self.end_backward()
+
+    def accumulate(self, loss: torch.Tensor) -> None:
+        """Backward of ``loss`` / GAS into this rank's gradients only: no reduction, and no micro-step counted
+        (the engine's ``no_sync()``). Stages 0–1 hold full gradients until the boundary's reduction, which then
+        reduces these too; stages 2–3 partition gradients by reducing them, so they cannot wait."""
+        self.backward(loss, reduce=False)
 
     # A backward in two halves, around autograd's pass: ``backward`` above runs one, and the engine runs
     # one around a ``loss.backward()`` the script calls itself (its hooks: zero_ref/engine.py).
