@@ -321,7 +321,7 @@ def test_clear_errors(one_rank):
         assert e.key == "fp16.enabled" and frames[-1].filename.endswith(os.path.join("zero_ref", "config", "reader.py"))
         assert len(frames) <= 4, [f.name for f in frames]
     engine, *_ = initialize(model=model, config={"train_batch_size": 2, **adamw})
-    with pytest.raises(RuntimeError, match="must follow exactly one engine.backward"):
+    with pytest.raises(RuntimeError, match="must follow exactly one backward per micro-batch"):
         engine.step()
 
 

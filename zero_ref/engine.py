@@ -6,6 +6,11 @@
         engine.backward(loss)         # loss / gradient_accumulation_steps (× the fp16 scale), reduce when due
         engine.step()                 # at the accumulation boundary: clip, Adam, schedule; else bookkeeping
 
+As in DeepSpeed 0.19.8, at ZeRO stages 1-3 the script may call ``loss.backward()`` on what ``engine(...)``
+returned instead of ``engine.backward(loss)`` (``engine.scale(loss).backward()`` with fp16): hooks on the
+outputs and the parameters run it as ``engine.backward`` (see ``Engine._hook_outputs``). Several backwards
+before one ``step()``, of either kind, train as one backward of their sum.
+
 ``initialize`` has DeepSpeed's signature and return tuple. It joins torch.distributed if it is not
 joined yet (from torchrun's environment, or as a single rank when there is none), reads the config
 (``zero_ref.config``: DeepSpeed's keys and defaults, one clear error per problem), and composes the
@@ -28,6 +33,7 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -154,12 +160,19 @@ class Engine(nn.Module):
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
         self._no_sync = False
         self._step_applied = False
+        # backward bookkeeping (``backward``, and ``loss.backward()`` through the hooks below)
+        self._in_engine_backward = False  # engine.backward is running: it scales the loss itself
+        self._torch_backward: int | None = None  # autograd graph task of an open loss.backward(), if any
+        self._forwards = 0  # forwards with gradients since the last backward began
+        self._scaled = False  # engine.scale(loss) was called for the next loss.backward() (fp16)
+        self._backward_start = 0.0
         self._times = {"forward": 0.0, "backward": 0.0, "step": 0.0}
         self._broadcast_model()
         adam, groups, self.client_optimizer = self._adam(optimizer, model_parameters)
         # The stage's param_groups are torch's (one per group, each with its own lr, betas, eps and weight
         # decay, as DeepSpeed's optimizer takes them); schedules write the rate there and the step reads it.
         self.optimizer = STAGES[cfg.zero_optimization.stage](model, param_groups=groups, **self._stage_kwargs(adam))
+        self._hook_parameters()
         self._lr_source = self.optimizer
         self.lr_scheduler = self._scheduler(lr_scheduler)
         self._sync_lr()
@@ -316,24 +329,152 @@ class Engine(nn.Module):
 
     # ------------------------------------------------------------ the training loop
     def forward(self, *args, **kwargs):
-        """The module's forward."""
+        """The module's forward. Its outputs that need gradients get a hook: a ``loss.backward()`` through
+        them runs as ``engine.backward(loss)`` does (see the note above ``_hook_outputs``)."""
         start = time.perf_counter()
         out = self.module(*args, **kwargs)
+        if self._hook_outputs(out):
+            self._forwards += 1
         self._times["forward"] += time.perf_counter() - start
         return out
 
     def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True) -> torch.Tensor:
         """Backward of loss / gradient_accumulation_steps (× the fp16 loss scale); gradients are
-        reduced (stage 0/1: at the boundary; stage 2/3: every micro-step) by the stage."""
-        if retain_graph or not scale_wrt_gas:
-            raise ValueError("backward: retain_graph=True and scale_wrt_gas=False are not supported by zero_ref")
+        reduced (stage 0/1: at the boundary; stage 2/3: every micro-step) by the stage. Returns the loss
+        divided by gradient_accumulation_steps, as DeepSpeed's does.
+
+        As DeepSpeed's (``DeepSpeedEngine.backward``, deepspeed/runtime/engine.py): ``retain_graph`` is handed
+        to autograd, and ``scale_wrt_gas=False`` leaves the loss undivided (the script has divided it).
+        Several backwards before one ``step()`` add up: see ``_again``."""
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
+            raise ValueError("backward: loss must be a scalar tensor with a grad_fn (the output of a forward with "
+                             "gradients enabled)")
+        self._drop_failed_backward()
+        again = self._again()
         start = time.perf_counter()
-        if self._no_sync:
-            self.optimizer.accumulate(loss)  # no reduction, no micro-step: the next backward outside reduces it
-        else:
-            self.optimizer.backward(loss)
+        self._in_engine_backward = True
+        try:
+            if self._no_sync:
+                self.optimizer.accumulate(loss)  # no reduction, no micro-step: the next backward outside reduces it
+            else:
+                self.optimizer.backward(loss, retain_graph=retain_graph, scale_wrt_gas=scale_wrt_gas, again=again)
+        finally:
+            self._in_engine_backward = False
         self._times["backward"] += time.perf_counter() - start
-        return loss
+        return loss / self.gradient_accumulation_steps() if scale_wrt_gas else loss
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss times the fp16 loss scale, for a script that calls ``engine.scale(loss).backward()``; the
+        loss itself in fp32 and bf16 (no loss scale). As DeepSpeed's ``DeepSpeedEngine.scale``
+        (deepspeed/runtime/engine.py, through ``ZeROOptimizer.scale_if_loss``): with fp16, a plain
+        ``loss.backward()`` is refused."""
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
+            raise ValueError("scale: loss must be a scalar tensor with a grad_fn; for a non-scalar tensor call "
+                             "tensor.backward(grad) on the output of engine(...)")
+        self._scaled = True
+        return loss * self.optimizer.loss_scale if self.config.precision == "fp16" else loss
+
+    # ``loss.backward()`` on what ``engine(...)`` returned, then ``engine.step()``, as DeepSpeed 0.19.8 allows it
+    # at ZeRO stages 1-3 (``DeepSpeedEngine.forward`` hooks the outputs with ``register_output_backward_hooks``,
+    # deepspeed/runtime/utils.py; its first hook runs ``_backward_prologue``, and ``_backward_epilogue`` runs
+    # once autograd is done). Here a hook on each output that needs gradients opens the backward (the stage's
+    # ``begin_backward``: is it the boundary? reduce in this backward?) and queues its end on autograd's
+    # engine (``queue_callback``, as FSDP does), where the stage reduces what is still due and counts the
+    # micro-step: the stage's own code paths, whichever backward the script calls. The 1/GAS scaling is done
+    # on each trainable parameter's gradient (a pre-accumulation hook), once per backward: DeepSpeed divides
+    # the gradient of every output instead, so a model returning (logits, loss) gets 1/GAS twice on loss's
+    # path at ZeRO-1/2 (its gradient norm comes out halved at GAS 2, measured); here both ways give the gradients
+    # ``engine.backward(loss)`` gives (bit for bit at a power-of-two GAS). A loss term reaching the parameters
+    # before any output (a penalty on the weights added outside the model) opens the backward from the
+    # parameter's hook, as long as ``engine(...)`` ran since the last backward.
+    def _hook_outputs(self, out) -> bool:
+        """Hook every tensor in ``out`` (nested tuples, lists, dicts) that needs gradients; True if any."""
+        if isinstance(out, torch.Tensor):
+            if out.requires_grad and out.grad_fn is not None:
+                out.register_hook(self._output_grad)
+                return True
+            return False
+        values = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+        return any([self._hook_outputs(v) for v in values])  # (a list: hook them all)
+
+    def _hook_parameters(self) -> None:
+        self._trainable = [p for p in self.module.parameters() if p.requires_grad]
+        for p in self._trainable:
+            p.register_hook(partial(self._param_grad, p))
+
+    def _output_grad(self, grad: torch.Tensor) -> None:
+        if self._in_engine_backward or self._torch_backward == torch._C._current_graph_task_id():
+            return  # engine.backward's own, or this backward is open already
+        if any(self._accumulates_into(p) for p in self._trainable):
+            self._begin_torch_backward()
+        # else torch.autograd.grad (a gradient penalty) or a backward(inputs=...) that leaves the parameters alone
+
+    def _param_grad(self, p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor | None:
+        if self._in_engine_backward or not self._accumulates_into(p):
+            return None  # engine.backward divided the loss itself; torch.autograd.grad is not training
+        if self._torch_backward is None:
+            if not self._forwards:
+                raise RuntimeError(
+                    "a backward reached the model's parameters, but engine(...) has not run since the last backward: "
+                    "call backward on what engine(...) returned (loss.backward() or engine.backward(loss)), not on "
+                    "the output of the module called directly")
+            self._begin_torch_backward()
+        gas = self.gradient_accumulation_steps()
+        return None if gas == 1 else grad / gas
+
+    @staticmethod
+    def _accumulates_into(p: torch.Tensor) -> bool:
+        """Will the running backward accumulate into ``p.grad``? (False under ``torch.autograd.grad``.)"""
+        with torch.enable_grad():
+            node = torch.autograd.graph._get_grad_fn_or_grad_acc(p)
+        try:
+            return bool(torch._C._will_engine_execute_node(node))
+        except RuntimeError:  # "... we are currently running autograd.grad()"
+            return False
+
+    def _begin_torch_backward(self) -> None:
+        """A ``loss.backward()`` begins: DeepSpeed's refusals, then the stage's ``begin_backward``."""
+        self._drop_failed_backward()
+        stage = self.zero_optimization_stage()
+        if stage == 0:
+            raise RuntimeError("loss.backward() at ZeRO stage 0 is refused, as DeepSpeed 0.19.8 refuses it (\"Direct "
+                               "calls to tensor.backward() are not supported in this configuration\": its stage-0 "
+                               "optimizer is not a ZeRO optimizer, DeepSpeedEngine._backward_prologue): call "
+                               "engine.backward(loss), or use ZeRO stage 1-3")
+        if self.config.precision == "fp16" and not self._scaled:
+            raise RuntimeError("fp16: loss.backward() without the loss scale; call engine.scale(loss).backward() or "
+                               "engine.backward(loss) (DeepSpeed raises \"Loss scaling is required\" with a dynamic "
+                               "scale, and with a static one divides unscaled gradients by it)")
+        self._scaled = False
+        self.optimizer.begin_backward(reduce=not self._no_sync, again=self._again())
+        self._torch_backward = torch._C._current_graph_task_id()
+        self._backward_start = time.perf_counter()
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_torch_backward)
+
+    def _drop_failed_backward(self) -> None:
+        """A loss.backward() that raised never reached its end: release what the stage held for it."""
+        if self._torch_backward is not None:
+            self._torch_backward = None
+            self.optimizer.end_backward(failed=True)
+
+    def _end_torch_backward(self) -> None:
+        """Autograd has finished the backward: the stage reduces what is due and counts the micro-step."""
+        self._torch_backward = None
+        self.optimizer.end_backward()
+        self._times["backward"] += time.perf_counter() - self._backward_start
+
+    def _again(self) -> bool:
+        """True if the backward about to run belongs to a micro-batch that has had its backward already.
+
+        Several backwards before one ``engine.step()`` (a GAN's ``engine.backward(loss_real)``,
+        ``engine.backward(loss_fake)``; or through one graph with ``retain_graph=True``) train as one backward
+        of their sum: the stage keeps the micro-step's boundary and reopens gradients it has reduced already
+        (``begin_backward(again=True)``). DeepSpeed 0.19.8 takes them too (its engine counts micro-steps in
+        ``step()`` only); its ZeRO-0 result is the sum's, but at ZeRO-1/2 its gradient norm comes out
+        different (0.38 where one backward of the same loss gives 0.99, tests/test_engine.py's model at
+        GAS 2) and at ZeRO-3 the second backward fails. Inside ``no_sync()`` nothing is counted."""
+        self._forwards = 0
+        return not self._no_sync and self.optimizer.micro_steps == self.micro_steps + 1
 
     @contextmanager
     def no_sync(self):
@@ -364,8 +505,10 @@ class Engine(nn.Module):
             raise RuntimeError("engine.step() inside no_sync(): step after the context, once a backward outside it "
                                "has reduced the gradients (DeepSpeed refuses it too)")
         if self.optimizer.micro_steps != self.micro_steps + 1:
-            raise RuntimeError("engine.step() must follow exactly one engine.backward(loss) per micro-batch "
-                               f"(backward calls: {self.optimizer.micro_steps}, step calls: {self.micro_steps})")
+            raise RuntimeError("engine.step() must follow exactly one backward per micro-batch: engine.backward(loss), "
+                               "or loss.backward() on what engine(...) returned (a backward that reached none of the "
+                               "model's trainable parameters does not count; backwards so far: "
+                               f"{self.optimizer.micro_steps}, step calls: {self.micro_steps})")
         start = time.perf_counter()
         if self.is_gradient_accumulation_boundary():
             self._sync_lr()

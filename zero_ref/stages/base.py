@@ -150,6 +150,8 @@ class ZeroOptimizerBase:
     stage = -1
     MAX_IN_FLIGHT = 2  # reductions in flight: bounds the staging buffers alive during backward
     _reducing = False  # inside a backward that reduces (the gradient hooks act only then)
+    _counts = False  # the backward under way counts as a micro-step (not an accumulate)
+    _reduced = False  # the last backward reduced its gradients
 
     def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32",
                  group=None, reduce_bucket_size: int = int(5e8), overlap_comm: bool = True,
@@ -256,37 +258,70 @@ class ZeroOptimizerBase:
     def reduces_this_micro_step(self) -> bool:
         return self.is_gradient_accumulation_boundary()
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward of ``loss`` / GAS (times the loss scale), reducing gradients when due."""
+    def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True,
+                 again: bool = False, reduce: bool = True) -> None:
+        """Backward of ``loss`` / GAS (times the loss scale), reducing gradients when due. ``retain_graph``
+        and ``scale_wrt_gas=False`` (no division by GAS) are DeepSpeed's ``engine.backward`` arguments;
+        ``again`` and ``reduce``: see ``begin_backward``."""
         if loss.dim() != 0:
             raise ValueError(f"backward expects a scalar loss, got shape {tuple(loss.shape)}")
-        self._reducing = self.reduces_this_micro_step()
-        for b in self.buckets:
-            b.ready.clear()
-            b.launched = False
+        self.begin_backward(reduce, again)
         try:
-            (loss * (self.loss_scale / self.gas)).backward()
-            if self._reducing:
-                self._launch_ready(flush=True)  # parameters that got no gradient reduce zeros
-                self._wait_all()
-        finally:
-            self._reducing = False
-            self.after_backward()
-        self.micro_steps += 1
+            (loss * (self.loss_scale / (self.gas if scale_wrt_gas else 1))).backward(retain_graph=retain_graph)
+        except BaseException:
+            self.end_backward(failed=True)
+            raise
+        self.end_backward()
 
     def accumulate(self, loss: torch.Tensor) -> None:
         """Backward of ``loss`` / GAS into this rank's gradients only: no reduction, and no micro-step counted
         (the engine's ``no_sync()``). Stages 0–1 hold full gradients until the boundary's reduction, which then
         reduces these too; stages 2–3 partition gradients by reducing them, so they cannot wait."""
-        if self.stage >= 2:
+        self.backward(loss, reduce=False)
+
+    # A backward in two halves, around autograd's pass: ``backward`` above runs one, and the engine runs
+    # one around a ``loss.backward()`` the script calls itself (its hooks: zero_ref/engine.py).
+    def begin_backward(self, reduce: bool = True, again: bool = False) -> None:
+        """Before a backward's gradients arrive. ``reduce=False``: accumulate only (``accumulate``).
+        ``again``: one more backward of the micro-step the last backward counted (the engine's several
+        backwards per micro-batch): the same boundary, and gradients reduced already are reopened."""
+        if not reduce and self.stage >= 2:
             raise RuntimeError(f"ZeRO stage {self.stage} reduces every micro-step's gradients to partition them; "
                                "it cannot accumulate without reducing (DeepSpeed's no_sync refuses stages 2 and 3 too)")
-        if loss.dim() != 0:
-            raise ValueError(f"backward expects a scalar loss, got shape {tuple(loss.shape)}")
+        if again:
+            self.micro_steps -= 1  # counted again at its end
+            if self._reduced:
+                self.reopen_reduced()
+        self._counts = reduce  # a reducing backward is a micro-step
+        self._reducing = reduce and self.reduces_this_micro_step()
+        for b in self.buckets:
+            b.ready.clear()
+            b.launched = False
+
+    def end_backward(self, failed: bool = False) -> None:
+        """After autograd's pass: the reductions still due (parameters that got no gradient reduce zeros),
+        then the micro-step is counted. ``failed``: autograd raised; release what the backward held."""
         try:
-            (loss * (self.loss_scale / self.gas)).backward()
+            if self._reducing and not failed:
+                self._launch_ready(flush=True)
+                self._wait_all()
         finally:
+            self._reduced = self._reducing and not failed
+            self._reducing = False
             self.after_backward()
+        if self._counts and not failed:
+            self.micro_steps += 1
+
+    def reopen_reduced(self) -> None:
+        """Before another backward of a micro-step whose gradients were reduced already. Stages 0-1 reduce
+        the full gradient buffer in place with a sum: each rank keeps that sum in its own shard only
+        (zeros elsewhere), so the next reduction adds it exactly once to the new gradients. (Stages 2-3
+        reduced into the gradient partition and stage each backward's gradients afresh.)"""
+        for b in self.buckets:
+            if b.flat_grad is not None:
+                start, end = b.layout.shard_range(self.rank)
+                b.flat_grad[:start].zero_()
+                b.flat_grad[end:].zero_()
 
     def after_backward(self) -> None:
         """Called after every backward, even a failed one (ZeRO-3 releases gathered parameters here)."""

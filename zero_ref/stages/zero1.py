@@ -32,6 +32,12 @@ class ZeroStage1(ZeroOptimizerBase):
                 self.offload.add_grad(b.partition, mine)
         self._async(work, then)
 
+    def reopen_reduced(self) -> None:
+        if self.offload is None:
+            return super().reopen_reduced()
+        for b in self.buckets:  # offload: the sum went into the host's fp32 partition already
+            b.flat_grad.zero_()
+
     def grad_shards(self) -> list[torch.Tensor]:
         if self.offload is not None:
             return self.offload.grad_partitions([b.partition for b in self.buckets], 1.0 / self.world_size)
