@@ -347,8 +347,9 @@ EXT_SIZES = [[1, 7, 33, 1000], [(1 << 20) + 5], [16 << 20], [2] * 130 + [3 * 819
 QUICK_EXT_SIZES = [EXT_SIZES[0], EXT_SIZES[3]]  # odd sizes (the scalar tail) and the multi-tensor table
 EXT_STEPS = 10
 # The kernels form the denominator as fma(sqrt(v), 1/sqrt(bc2), eps), one division where torch has two:
-# the parameters differ from torch's in the last bits (tests/test_kernels.py's bound); the moments use
-# torch's operations and are equal bit for bit.
+# the parameters differ from torch's in the last bits (tests/test_kernels.py's bound). The moments follow
+# torch's CPU operations bit for bit; torch's CUDA kernels may round them differently, so here they are
+# held to the same relative bound and their bit-equality is recorded, against both of torch's CUDA paths.
 EXT_REL_TOL = 1e-6
 
 
@@ -371,7 +372,8 @@ def part_ext(p: Part) -> None:
            sizes=["+".join(map(str, s)) if len(s) < 8 else f"{len(s)} tensors ({sum(s):,} elements)"
                   for s in ext_sizes],
            steps=EXT_STEPS, compare="torch.optim.AdamW (decoupled decay) and torch.optim.Adam (L2), same inputs",
-           tolerance=f"max|p - p_ref| / max|p_ref| <= {EXT_REL_TOL:g}; exp_avg and exp_avg_sq bit-equal")
+           tolerance=f"max|x - x_ref| / max|x_ref| <= {EXT_REL_TOL:g} for the parameters and both moments; "
+                     "bit-equality recorded")
     p.need_cuda("the CUDA extension")
     from torch.utils import cpp_extension
 
@@ -393,18 +395,22 @@ def part_ext(p: Part) -> None:
     p.rec["build_s"] = time.perf_counter() - t0
     p.note(f"built and imported in {p.rec['build_s']:.1f} s; exports "
            f"{', '.join(n for n in dir(module) if not n.startswith('_'))}")
-    rows = p.table("cuda extension against torch.optim", ["tensors", "elements", "optimizer", "max rel error",
-                                                          "moments bit-equal", "params bit-equal"])
+    rows = p.table("cuda extension against torch.optim", ["tensors", "elements", "optimizer", "torch path",
+                                                          "params max rel error", "moments max rel error",
+                                                          "exp_avg bit-equal", "exp_avg_sq bit-equal",
+                                                          "params bit-equal"])
     for sizes in ext_sizes:
         for adamw in (True, False):
-            if not p.within_budget(f"sizes {sizes[:3]}... {'AdamW' if adamw else 'Adam'}"):
-                return
-            r = compare_with_torch("cuda", sizes, EXT_STEPS, adamw=adamw, device="cuda")
-            opt = "AdamW" if adamw else "Adam (L2)"
-            p.row(rows, len(sizes), sum(sizes), opt, r["max_rel_error"], r["moments_equal"], r["params_equal"])
-            p.check(f"cuda ext = torch {opt}, {len(sizes)} tensors, {sum(sizes):,} elements",
-                    r["max_rel_error"] <= EXT_REL_TOL and r["moments_equal"], r["max_rel_error"], 0.0,
-                    f"rel <= {EXT_REL_TOL:g}, moments bit-equal")
+            for foreach in (True, False):
+                if not p.within_budget(f"sizes {sizes[:3]}... {'AdamW' if adamw else 'Adam'}"):
+                    return
+                r = compare_with_torch("cuda", sizes, EXT_STEPS, adamw=adamw, device="cuda", foreach=foreach)
+                opt, path = ("AdamW" if adamw else "Adam (L2)"), ("foreach" if foreach else "single-tensor")
+                p.row(rows, len(sizes), sum(sizes), opt, path, r["max_rel_error"], r["moments_rel_error"],
+                      r["exp_avg_equal"], r["exp_avg_sq_equal"], r["params_equal"])
+                worst = max(r["max_rel_error"], r["moments_rel_error"])
+                p.check(f"cuda ext = torch {opt} ({path}), {len(sizes)} tensors, {sum(sizes):,} elements",
+                        worst <= EXT_REL_TOL, worst, 0.0, f"params and moments rel <= {EXT_REL_TOL:g}")
 
 
 # ---------------------------------------------------------------- 2. adam_throughput

@@ -21,6 +21,10 @@ import torch.distributed as dist
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.SUM}  # avg = sum, then ÷ n (gloo has no AVG)
+# torch 2.13 names the one-buffer collectives *_single and deprecates *_tensor / *_into_tensor;
+# older torch (the 2.11 of a GPU image, say) has only the old names.
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def ring_wire_bytes(op: str, nbytes: int, group_size: int) -> float:
@@ -173,8 +177,8 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", g
     _check_split("reduce_scatter", output, input, n)
     _check_avg(op, async_op)
     _record("reduce_scatter", input, group)
-    work = dist.reduce_scatter_single(output.view(-1), input.reshape(-1), op=_reduce_op(op), group=group,
-                                      async_op=async_op)
+    work = _reduce_scatter_single(output.view(-1), input.reshape(-1), op=_reduce_op(op), group=group,
+                                  async_op=async_op)
     if op == "avg":
         output.div_(n)
     return work
@@ -189,7 +193,7 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group=None, async_op: 
         return dist.all_gather(list(output), input, group=group, async_op=async_op)
     _check_split("all_gather", input, output, dist.get_world_size(group))
     _record("all_gather", output, group)
-    return dist.all_gather_single(output, input, group=group, async_op=async_op)
+    return _all_gather_single(output, input, group=group, async_op=async_op)
 
 
 def broadcast(tensor: torch.Tensor, src: int, group=None, async_op: bool = False):

@@ -16,7 +16,11 @@ import subprocess
 import sys
 
 import numpy as np
-from numba import cuda
+
+if not hasattr(np, "row_stack"):
+    # some numba-cuda releases register an overload of np.row_stack at import; numpy 2.5 removed that alias
+    np.row_stack = np.vstack
+from numba import cuda  # noqa: E402
 
 THREADS = 256          # threads per block on a GPU
 SIM_THREADS = 32       # the simulator runs every thread as a Python thread: keep blocks small
