@@ -580,6 +580,12 @@ def reference_state(cfg, world: int, micro: int, device: str) -> dict:
     return {k: v.detach().float().cpu().clone() for k, v in model.state_dict().items()}
 
 
+def requested_bytes() -> int:
+    """Bytes the live CUDA tensors asked for. ``memory_allocated`` counts the allocator's blocks instead,
+    which can be up to 1 MiB larger than asked when a cached block's rest is too small to split off."""
+    return torch.cuda.memory_stats().get("requested_bytes.all.current", torch.cuda.memory_allocated())
+
+
 def run_stage(stage: int, cfg, rank: int, world: int, micro: int, device: str) -> dict:
     """STAGE_STEPS steps of ZeRO ``stage`` on this rank; its final state and what it held in memory."""
     from zero_ref.measure import unique_storage_bytes
@@ -589,7 +595,7 @@ def run_stage(stage: int, cfg, rank: int, world: int, micro: int, device: str) -
     release_memory()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+        base, base_requested = torch.cuda.memory_allocated(), requested_bytes()
     model = build_model(cfg, device)
     kw = {"param_persistence_threshold": 0} if stage == 3 else {}  # partition every unit, however small
     opt = STAGES[stage](model, adam=stage_adam(), **kw)
@@ -610,6 +616,7 @@ def run_stage(stage: int, cfg, rank: int, world: int, micro: int, device: str) -
         gc.collect()
         torch.cuda.synchronize()
         out["allocated"] = torch.cuda.memory_allocated() - base
+        out["requested"] = requested_bytes() - base_requested
         out["peak"] = torch.cuda.max_memory_allocated() - base
     state = opt.state_dict() if stage == 3 else model.state_dict()
     out["state"] = {k: v.detach().float().cpu().clone() for k, v in state.items()}
@@ -658,15 +665,16 @@ def report_stage(p: Part, rows_eq, rows_mem, stage: int, world: int, r: dict, re
     p.check(f"stage {stage}, {world} rank{'s' * (world > 1)}: model states held = formula (padded Ψ)",
             r["held"] == {"params": padded.params, "grads": padded.grads, "optimizer": padded.optimizer},
             held, padded.total, "exact, by category")
-    allocated = r.get("allocated")
-    if allocated is not None:
+    allocated, requested = r.get("allocated"), r.get("requested")
+    if requested is not None:
         slack = ALLOCATOR_ROUNDING * (r["n_tensors"] + 16)
         p.check(f"stage {stage}, {world} rank{'s' * (world > 1)}: CUDA memory at rest = formula + buffers",
-                abs(allocated - r["others"] - padded.total) <= slack, allocated - r["others"], padded.total,
-                f"± {slack:,} bytes (512 per allocation)")
+                abs(requested - r["others"] - padded.total) <= slack, requested - r["others"], padded.total,
+                f"requested bytes, ± {slack:,} (512 per allocation)")
+    cpu = "n/a (CPU)"
     p.row(rows_mem, stage, world, r["numel"], r["padded"], formula.total, padded.total, held,
-          "n/a (CPU)" if allocated is None else allocated - r["others"],
-          "n/a (CPU)" if allocated is None else r["peak"])
+          cpu if requested is None else requested - r["others"], cpu if allocated is None else allocated - r["others"],
+          cpu if allocated is None else r["peak"])
 
 
 def part_stages(p: Part) -> None:
@@ -679,7 +687,8 @@ def part_stages(p: Part) -> None:
            adam=str(stage_adam()), reference="torch.optim.AdamW(foreach=False), one process, the global batch",
            tolerance=f"max |Δ| <= {STAGE_TOL[1]:g} on 1 rank, {STAGE_TOL['many']:g} on more",
            memory="state_tensors() = model_state_bytes(padded Ψ, stage, dp, 'fp32') exactly; "
-                  "torch.cuda.memory_allocated at rest - buffers = the same ± 512 bytes per allocation; "
+                  "the bytes live CUDA tensors requested at rest (memory_stats' requested_bytes) - buffers = the "
+                  "same ± 512 bytes per allocation; memory_allocated (the allocator's blocks) and "
                   "max_memory_allocated (peak, with activations and buckets) recorded")
     if not p.cuda and not p.dry_run:
         p.need_cuda()
@@ -687,7 +696,7 @@ def part_stages(p: Part) -> None:
     rows_eq = p.table("ZeRO stage against single-process AdamW", ["stage", "ranks", "max |Δ|", "bit-equal"])
     rows_mem = p.table("Model states per rank (bytes, fp32: 16 per parameter before sharding)",
                        ["stage", "ranks", "Ψ", "padded Ψ", "formula(Ψ)", "formula(padded)", "state_tensors",
-                        "allocated at rest - buffers", "peak allocated"])
+                        "requested at rest - buffers", "allocated at rest - buffers", "peak allocated"])
     ref = reference_state(cfg, 1, micro, device)
     with process_group(backend):
         for stage in range(4):
