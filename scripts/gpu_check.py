@@ -580,22 +580,16 @@ def reference_state(cfg, world: int, micro: int, device: str) -> dict:
     return {k: v.detach().float().cpu().clone() for k, v in model.state_dict().items()}
 
 
-def requested_bytes() -> int:
-    """Bytes the live CUDA tensors asked for. ``memory_allocated`` counts the allocator's blocks instead,
-    which can be up to 1 MiB larger than asked when a cached block's rest is too small to split off."""
-    return torch.cuda.memory_stats().get("requested_bytes.all.current", torch.cuda.memory_allocated())
-
-
 def run_stage(stage: int, cfg, rank: int, world: int, micro: int, device: str) -> dict:
     """STAGE_STEPS steps of ZeRO ``stage`` on this rank; its final state and what it held in memory."""
-    from zero_ref.measure import unique_storage_bytes
+    from zero_ref.measure import cuda_requested_bytes, unique_storage_bytes
     from zero_ref.stages import STAGES
 
     cuda = device == "cuda"
     release_memory()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-        base, base_requested = torch.cuda.memory_allocated(), requested_bytes()
+        base, base_requested = torch.cuda.memory_allocated(), cuda_requested_bytes()
     model = build_model(cfg, device)
     kw = {"param_persistence_threshold": 0} if stage == 3 else {}  # partition every unit, however small
     opt = STAGES[stage](model, adam=stage_adam(), **kw)
@@ -616,7 +610,7 @@ def run_stage(stage: int, cfg, rank: int, world: int, micro: int, device: str) -
         gc.collect()
         torch.cuda.synchronize()
         out["allocated"] = torch.cuda.memory_allocated() - base
-        out["requested"] = requested_bytes() - base_requested
+        out["requested"] = cuda_requested_bytes() - base_requested
         out["peak"] = torch.cuda.max_memory_allocated() - base
     state = opt.state_dict() if stage == 3 else model.state_dict()
     out["state"] = {k: v.detach().float().cpu().clone() for k, v in state.items()}

@@ -46,6 +46,15 @@ def unique_storage_bytes(tensors: Iterable[torch.Tensor], exclude: Iterable[torc
     return _count_new(tensors, {storage_key(t) for t in exclude})
 
 
+def cuda_requested_bytes() -> int:
+    """Bytes the live CUDA tensors asked for: on a GPU, what ``unique_storage_bytes`` counts of them all.
+
+    ``torch.cuda.memory_allocated`` counts the allocator's blocks instead, which can be up to 1 MiB
+    larger than asked (a cached block whose rest is too small to split off), and includes what torch
+    allocates for itself, such as cuBLAS's workspace on the first matrix product of a stream."""
+    return torch.cuda.memory_stats().get("requested_bytes.all.current", torch.cuda.memory_allocated())
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes held by a model (and optimizer), by category; each storage counted once, in one category."""

@@ -47,7 +47,7 @@ static_assert(sizeof(TensorTable) + sizeof(AdamConsts) <= 32764, "kernel paramet
 // The element update, shared by the vector and the scalar loop.
 __device__ __forceinline__ void adam_update(float& p, float g, float& m, float& v, const AdamConsts& k) {
   if (k.l2 != 0.f) g = fmaf(k.l2, p, g);           // Adam: L2 penalty in the gradient
-  p = p * k.decay;                                 // AdamW: decoupled weight decay
+  p = __fmul_rn(p, k.decay);  // AdamW: param.mul_(1 - lr * wd), rounded apart (a plain * nvcc fuses with the last add)
   const float d = g - m;                           // exp_avg.lerp_(grad, w1)
   m = k.w1 < 0.5f ? fmaf(k.w1, d, m) : fmaf(k.w1 - 1.f, d, g);
   v = fmaf(k.w2 * g, g, k.b2 * v);                 // exp_avg_sq.mul_(b2).addcmul_(g, g, value=w2)
