@@ -192,7 +192,7 @@ def cuda_run(rank, world, stage):
     base = cuda_requested_bytes()  # after train(): cuBLAS's workspace is already there
     model = build_model().cuda()
     opt = STAGES[stage](model, adam=ADAM)
-    _, loss = model(*(t.cuda() for t in micro_batch(0, 0, rank, world, 1)))
+    loss = model(*(t.cuda() for t in micro_batch(0, 0, rank, world, 1)))[1]  # the logits freed at once
     opt.backward(loss)
     opt.step()
     del loss
