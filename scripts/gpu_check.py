@@ -194,7 +194,7 @@ def markdown(report: dict) -> str:
     lines = [f"# GPU check, {report['started']}", ""]
     if report["dry_run"]:
         lines += [f"> **{DRY_RUN_NOTE}**", ""]
-    lines += header(report) + [f"- sources sha256 {report['machine']['source_digest'][:12]}", ""]
+    lines += header(report) + [""]
     summary = [[name, p.get("status"), round(p.get("seconds", 0.0), 1),
                 f"{sum(c['ok'] for c in p.get('checks', []))}/{len(p.get('checks', []))}"]
                for name, p in report["parts"].items()]

@@ -36,8 +36,9 @@ def header(report: dict) -> list[str]:
     return [f"- **{kind}**, started {report['started']}",
             f"- machine: {gpu}; {m['cpu_count']} CPUs; {m['platform']}",
             f"- torch {m['torch']} (CUDA {m['torch_cuda']}), numba {m.get('numba')}, Python {m['python']}",
-            f"- command: `{report.get('command', '(not recorded)')}`; "
-            f"commit {m.get('git_commit') or 'unknown'}"]
+            f"- command: `{report.get('command', '(not recorded)')}`; sources sha256 "
+            f"{m.get('source_digest', 'unknown')[:12]} (scripts/gpu_check.py source_digest); HEAD of the copy "
+            f"that ran: {(m.get('git_commit') or 'unknown')[:12]}"]
 
 
 def summary(report: dict) -> str:
@@ -49,13 +50,13 @@ def summary(report: dict) -> str:
     part = report["parts"].get(THROUGHPUT, {})
     if part.get("copy_gbs"):
         where = "host copy (dry run)" if report["dry_run"] else "device-to-device copy"
-        lines += ["", f"{where}: {part['copy_gbs']:.3g} GB/s (bytes read + written over the median time)"]
+        lines += ["", f"{where}: {part['copy_gbs']:,.0f} GB/s (bytes read + written over the median time)"]
     for table in part.get("tables", [])[:1]:
-        lines += ["", table["title"], f"{'params':>8} {'tensors':>8}  {'method':<14}{'median ms':>10}{'GB/s':>8}"
-                                      f"{'× copy':>8}"]
+        lines += ["", table["title"], f"{'params':>8} {'tensors':>8}  {'method':<14}{'median ms':>10} {'GB/s':>8}"
+                                      f" {'× copy':>7}"]
         for n, t, method, median_ms, _, gbs, of_copy, _ in table["rows"]:
             size = f"{n >> 20}M" if n % (1 << 20) == 0 else f"{n:,}"
-            lines.append(f"{size:>8} {t:>8}  {method:<14}{median_ms:>10.3f}{gbs:>8.3g}{of_copy:>8.2f}")
+            lines.append(f"{size:>8} {t:>8}  {method:<14}{median_ms:>10.3f} {gbs:>8,.0f} {of_copy:>7.2f}")
     return "\n".join(lines)
 
 
