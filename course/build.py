@@ -3,6 +3,7 @@
     python -m course.build [NOTEBOOK ...]          # syllabus title cell, execute, normalise
     python -m course.build --check [NOTEBOOK ...]  # verify the contract, execute nothing
     python -m course.build --new N                 # write notebooks/chNN_slug.ipynb (template)
+    python -m course.build --lang zh [NOTEBOOK ...]  # write the Chinese edition (course/edition.py)
 
 Default: every ``notebooks/ch*.ipynb``. The contract is written down in notebooks/README.md.
 """
@@ -193,7 +194,12 @@ def main(argv=None) -> int:
     p.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", type=Path)
     p.add_argument("--check", action="store_true", help="verify only; execute nothing")
     p.add_argument("--new", type=int, metavar="N", help="write the template for chapter N")
+    p.add_argument("--lang", choices=("zh",), help="write that edition from its translations; execute nothing")
     args = p.parse_args(argv)
+    if args.lang:
+        from course import edition
+
+        return edition.main(["build", *map(str, args.notebooks), "--lang", args.lang])
     if args.new is not None:
         from course.syllabus import chapter
 
