@@ -2,8 +2,11 @@
 
 Every chapter notebook (already executed: ``notebooks/`` holds the reference outputs) becomes one
 HTML page with its rendered outputs and figures, a sidebar listing the thirty chapters, and
-previous / next links; ``index.html`` holds the syllabus (titles, goals, seed sections) and
-``corrections.html`` the seed corrections the chapters make (course/seed_corrections.md).
+previous / next links; ``index.html`` holds the syllabus (titles, goals, seed sections),
+``corrections.html`` the seed corrections the chapters make (course/seed_corrections.md) and
+``glossary.html`` the English ↔ 中文 glossary (course/glossary.md). The Chinese edition
+(``notebooks/zh/``, course/edition.py) goes under ``zh/`` with the same frame; every page links
+to the same page in the other language (a chapter not yet translated links to the English one).
 Pages are self-contained (figures are embedded), so the folder can be opened from disk or served
 by any static host. nbconvert does the rendering: it is already in the course environment and
 needs no network, unlike site generators that fetch their themes at build time.
@@ -24,6 +27,7 @@ from course.syllabus import CHAPTERS
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 CORRECTIONS = REPO / "course" / "seed_corrections.md"
+GLOSSARY = REPO / "course" / "glossary.md"
 
 STYLE = """
 body.zl { margin: 0; }
@@ -34,6 +38,7 @@ body.zl { margin: 0; }
 .zl-side span.missing { display: block; padding: 2px 0; color: #999; }
 .zl-main { margin-left: 19rem; padding: 1rem 2rem; max-width: 70rem; }
 .zl-nav { display: flex; justify-content: space-between; font: 14px sans-serif; margin: 0.5rem 0 1rem; }
+.zl-lang { float: right; font: 14px sans-serif; }
 table.zl-syllabus td, table.zl-syllabus th { padding: 4px 8px; vertical-align: top; border-bottom: 1px solid #eee; }
 """
 
@@ -42,25 +47,42 @@ def page_name(ch) -> str:
     return ch.notebook.replace(".ipynb", ".html")
 
 
-def sidebar(current: int | None, present: set[int]) -> str:
-    rows = ['<a href="index.html"><b>ZeRO Lab</b> — syllabus</a>', '<a href="corrections.html">Seed corrections</a><hr>']
+def sidebar(current: int | None, present: set[int], zh: bool = False, translated: set[int] = frozenset()) -> str:
+    """The chapter list. In the Chinese edition (``zh``), chapters not yet translated link to the English page."""
+    if zh:
+        rows = ['<a href="index.html"><b>ZeRO Lab</b> — 课程大纲</a>', '<a href="../corrections.html">种子课程勘误</a>',
+                '<a href="../glossary.html">术语表 Glossary</a><hr>']
+    else:
+        rows = ['<a href="index.html"><b>ZeRO Lab</b> — syllabus</a>', '<a href="corrections.html">Seed corrections</a>',
+                '<a href="glossary.html">Glossary 术语表</a><hr>']
     for ch in CHAPTERS:
-        label = f"{ch.number}. {html.escape(ch.title_en.split(':')[0])}"
-        if ch.number in present:
-            cls = ' class="here"' if ch.number == current else ""
+        title = ch.title_zh if zh else ch.title_en
+        label = f"{ch.number}. {html.escape(title.split(':')[0].split('：')[0])}"
+        cls = ' class="here"' if ch.number == current else ""
+        if zh and ch.number in translated:
             rows.append(f'<a{cls} href="{page_name(ch)}">{label}</a>')
+        elif ch.number in present:
+            href = f"../{page_name(ch)}" if zh else page_name(ch)
+            rows.append(f'<a{cls} href="{href}">{label}{" (English)" if zh else ""}</a>')
         else:
             rows.append(f'<span class="missing">{label}</span>')
     return '<nav class="zl-side">' + "\n".join(rows) + "</nav>"
 
 
-def prev_next(number: int, present: list[int]) -> str:
+def language_switch(href: str, zh: bool) -> str:
+    """The link to this page in the other language."""
+    return f'<div class="zl-lang"><a href="{href}">{"English" if zh else "中文"}</a></div>'
+
+
+def prev_next(number: int, present: list[int], zh: bool = False) -> str:
     i = present.index(number)
     by_number = {ch.number: ch for ch in CHAPTERS}
-    prev = f'<a href="{page_name(by_number[present[i - 1]])}">← chapter {present[i - 1]}</a>' if i > 0 else "<span></span>"
-    nxt = (f'<a href="{page_name(by_number[present[i + 1]])}">chapter {present[i + 1]} →</a>'
+    word, home = ("第 {} 章", "课程大纲") if zh else ("chapter {}", "syllabus")
+    prev = (f'<a href="{page_name(by_number[present[i - 1]])}">← {word.format(present[i - 1])}</a>' if i > 0
+            else "<span></span>")
+    nxt = (f'<a href="{page_name(by_number[present[i + 1]])}">{word.format(present[i + 1])} →</a>'
            if i + 1 < len(present) else "<span></span>")
-    return f'<div class="zl-nav">{prev}<a href="index.html">syllabus</a>{nxt}</div>'
+    return f'<div class="zl-nav">{prev}<a href="index.html">{home}</a>{nxt}</div>'
 
 
 def wrap(body: str, head: str, side: str, nav: str = "") -> str:
@@ -78,21 +100,30 @@ def render_notebook(path: Path) -> tuple[str, str]:
     return head, body
 
 
-def index_page(present: set[int]) -> str:
+def index_page(present: set[int], zh: bool = False, translated: set[int] = frozenset()) -> str:
     rows = []
     for ch in CHAPTERS:
-        title = html.escape(ch.title_en)
-        if ch.number in present:
+        first, second = (ch.title_zh, ch.title_en) if zh else (ch.title_en, ch.title_zh)
+        title = html.escape(first)
+        if zh and ch.number in translated:
             title = f'<a href="{page_name(ch)}">{title}</a>'
+        elif ch.number in present:
+            title = f'<a href="{"../" if zh else ""}{page_name(ch)}">{title}</a>'
         goals = "".join(f"<li>{html.escape(g)}</li>" for g in ch.goals)
-        rows.append(f"<tr><td>{ch.number}</td><td>{title}<br><small>{html.escape(ch.title_zh)}</small>"
+        rows.append(f"<tr><td>{ch.number}</td><td>{title}<br><small>{html.escape(second)}</small>"
                     f"<ul>{goals}</ul></td><td><small>{html.escape(ch.seed)}</small></td></tr>")
-    body = ("<h1>ZeRO Lab</h1><p>DeepSpeed-style distributed training from first principles: thirty chapters, "
-            "each a JupyterLab notebook built on <code>zero_ref</code> (real <code>torch.distributed</code>) and "
-            "<code>sim</code> (a simulator of step time and memory).</p>"
-            "<table class='zl-syllabus'><tr><th>#</th><th>Chapter and goals</th><th>Seed section</th></tr>"
-            + "\n".join(rows) + "</table>")
-    return wrap(body, "<title>ZeRO Lab</title>", sidebar(None, present))
+    if zh:
+        intro = ("<h1>ZeRO Lab</h1><p>从第一性原理学习 DeepSpeed 式分布式训练：三十章，每章一个 JupyterLab notebook，"
+                 "建立在 <code>zero_ref</code>（真实的 <code>torch.distributed</code>）与 <code>sim</code>"
+                 "（步时与显存的模拟器）之上。已译成中文的章节链接到中文版，其余链接到英文版。</p>"
+                 "<table class='zl-syllabus'><tr><th>#</th><th>章节与学习目标</th><th>种子课程章节</th></tr>")
+    else:
+        intro = ("<h1>ZeRO Lab</h1><p>DeepSpeed-style distributed training from first principles: thirty chapters, "
+                 "each a JupyterLab notebook built on <code>zero_ref</code> (real <code>torch.distributed</code>) and "
+                 "<code>sim</code> (a simulator of step time and memory).</p>"
+                 "<table class='zl-syllabus'><tr><th>#</th><th>Chapter and goals</th><th>Seed section</th></tr>")
+    body = (language_switch("../index.html" if zh else "zh/index.html", zh) + intro + "\n".join(rows) + "</table>")
+    return wrap(body, "<title>ZeRO Lab</title>", sidebar(None, present, zh, translated))
 
 
 def markdown_page(path: Path) -> str:
@@ -106,23 +137,39 @@ def build(out: Path = REPO / "site", notebooks: Path = NOTEBOOKS) -> list[Path]:
     files = {ch.number: notebooks / ch.notebook for ch in CHAPTERS if (notebooks / ch.notebook).exists()}
     if not files:
         raise FileNotFoundError(f"no chapter notebooks in {notebooks}")
-    present = sorted(files)
+    zh_files = {n: notebooks / "zh" / f.name for n, f in files.items() if (notebooks / "zh" / f.name).exists()}
+    present, translated = sorted(files), set(zh_files)
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    (out / "zh").mkdir(parents=True)
     pages = []
     by_number = {ch.number: ch for ch in CHAPTERS}
     for n in present:
         head, body = render_notebook(files[n])
-        page = out / page_name(by_number[n])
-        page.write_text(wrap(body, head, sidebar(n, set(present)), prev_next(n, present)), encoding="utf-8")
+        name = page_name(by_number[n])
+        switch = language_switch(f"zh/{name}" if n in translated else "zh/index.html", zh=False)
+        page = out / name
+        page.write_text(wrap(switch + body, head, sidebar(n, set(present)), prev_next(n, present)), encoding="utf-8")
         pages.append(page)
-    (out / "index.html").write_text(index_page(set(present)), encoding="utf-8")
-    pages.append(out / "index.html")
-    if CORRECTIONS.exists():
-        corrections = wrap(markdown_page(CORRECTIONS), "<title>Seed corrections</title>", sidebar(None, set(present)))
-        (out / "corrections.html").write_text(corrections, encoding="utf-8")
-        pages.append(out / "corrections.html")
+    for n in sorted(translated):
+        head, body = render_notebook(zh_files[n])
+        name = page_name(by_number[n])
+        page = out / "zh" / name
+        page.write_text(wrap(language_switch(f"../{name}", zh=True) + body, head,
+                             sidebar(n, set(present), True, translated), prev_next(n, sorted(translated), True)),
+                        encoding="utf-8")
+        pages.append(page)
+    for zh in (False, True):
+        page = out / ("zh" if zh else "") / "index.html"
+        page.write_text(index_page(set(present), zh, translated), encoding="utf-8")
+        pages.append(page)
+    for source, name, title in ((CORRECTIONS, "corrections.html", "Seed corrections"),
+                                (GLOSSARY, "glossary.html", "Glossary · 术语表")):
+        if source.exists():
+            page = out / name
+            page.write_text(wrap(markdown_page(source), f"<title>{title}</title>", sidebar(None, set(present))),
+                            encoding="utf-8")
+            pages.append(page)
     return pages
 
 

@@ -25,6 +25,20 @@ def test_site_has_every_chapter_page_linked_and_rendered(tmp_path):
             assert f'href="{site.page_name(present[i + 1])}"' in page  # "next" link
     corrections = (tmp_path / "site" / "corrections.html").read_text()
     assert "<table>" in corrections and "(p − 1)/(m + p − 1)" in corrections  # course/seed_corrections.md
+    # The Chinese edition: every English page links to its Chinese page, or to the Chinese syllabus where the
+    # chapter is not translated yet; each Chinese page links back and lists the chapters by their Chinese titles.
+    translated = [ch for ch in present if (site.NOTEBOOKS / "zh" / ch.notebook).exists()]
+    for ch in present:
+        page = (tmp_path / "site" / site.page_name(ch)).read_text()
+        target = f"zh/{site.page_name(ch)}" if ch in translated else "zh/index.html"
+        assert f'<div class="zl-lang"><a href="{target}">中文</a></div>' in page
+    for ch in translated:
+        page = (tmp_path / "site" / "zh" / site.page_name(ch)).read_text()
+        assert f'<a href="../{site.page_name(ch)}">English</a>' in page and CHAPTERS[-1].title_zh.split("：")[0] in page
+    zh_index = (tmp_path / "site" / "zh" / "index.html").read_text()
+    assert all(ch.title_zh in zh_index for ch in CHAPTERS) and 'href="../index.html">English' in zh_index
+    if site.GLOSSARY.exists():
+        assert "显存" in (tmp_path / "site" / "glossary.html").read_text()
     # Figures are embedded, so the site works from disk with no other files.
     memory = (tmp_path / "site" / "ch02_training_memory.html").read_text()
     assert re.search(r'<img[^>]+src="data:image/png;base64,', memory)
