@@ -22,7 +22,8 @@ setup:
 	@VENV=$(VENV) scripts/setup_env.sh
 
 lab: setup
-	@if [ "$(NOTEBOOK_DIR)" = work ]; then $(PY) -m course.assign workspace notebooks/ch*.ipynb -o work; fi
+	@if [ "$(NOTEBOOK_DIR)" = work ]; then $(PY) -m course.assign workspace notebooks/ch*.ipynb -o work; \
+	  if ls notebooks/zh/ch*.ipynb >/dev/null 2>&1; then $(PY) -m course.assign workspace notebooks/zh/ch*.ipynb -o work/zh; fi; fi
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
@@ -57,14 +58,16 @@ test-portable: setup
 test-fast: setup  ## everything except the notebooks and the slow multi-rank tests
 	$(PY) -m pytest tests -m "not slow" -ra $(PYTEST_ARGS)
 
-notebooks: setup  ## re-execute every chapter notebook in place (refresh expected outputs)
+notebooks: setup  ## re-execute every chapter notebook in place (refresh expected outputs), then the Chinese edition
 	$(PY) -m course.build
+	$(PY) -m course.build --lang zh
 
 check-notebooks: setup
 	$(PY) -m course.build --check
 
-release: setup  ## the student release of every chapter, into release/
+release: setup  ## the student release of every chapter, into release/ (and release/zh/ for the Chinese edition)
 	$(PY) -m course.assign release notebooks/ch*.ipynb -o release
+	@if ls notebooks/zh/ch*.ipynb >/dev/null 2>&1; then $(PY) -m course.assign release notebooks/zh/ch*.ipynb -o release/zh; fi
 
 site: setup  ## the course as a static web site, into site/ (open site/index.html)
 	$(PY) -m course.site -o site

@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "ALLOWED_MODULES",
@@ -842,12 +843,15 @@ def title_markdown(ch: Chapter) -> str:
 
 
 def readme_table() -> str:
-    """The README's chapter table: one Markdown row per chapter (no trailing newline)."""
+    """The README's chapter table: one Markdown row per chapter (no trailing newline). The Chinese title links
+    to the chapter's Chinese edition (notebooks/zh/) where it has been built."""
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
     rows = ["| # | Chapter | 章节 | Notebook |", "|---|---|---|---|"]
     for ch in CHAPTERS:
         stem = ch.notebook.removesuffix(".ipynb")
         link = f"[{stem}](notebooks/{ch.notebook})"
-        rows.append(f"| {ch.number} | {ch.title_en} | {ch.title_zh} | {link} |")
+        zh = f"[{ch.title_zh}](notebooks/zh/{ch.notebook})" if (notebooks / "zh" / ch.notebook).exists() else ch.title_zh
+        rows.append(f"| {ch.number} | {ch.title_en} | {zh} | {link} |")
     return "\n".join(rows)
 
 

@@ -118,3 +118,18 @@ def test_no_edition_notebook_without_its_translation():
         built = {p.name for p in folder.glob("ch*.ipynb")} if folder.exists() else set()
         sources = {nb.name for nb in edition.translated_notebooks(lang)}
         assert built <= sources, f"notebooks/{lang}/ holds {sorted(built - sources)} with no translation file"
+
+
+@pytest.mark.parametrize("lang,notebook", TRANSLATED, ids=[f"{lang}-{nb.stem}" for lang, nb in TRANSLATED])
+def test_an_edition_releases_and_grades_as_the_english_one(lang, notebook, tmp_path):
+    """`make release` strips the same solutions from both editions, so a student of either edition hands in
+    the same code cells and `course.assign grade` (the English reference's checks) treats them alike."""
+    from course.assign import release
+
+    en, = release([notebook], tmp_path / "en")
+    ed, = release([edition.edition_path(notebook, lang)], tmp_path / lang)
+
+    def code(path):
+        return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert code(ed) == code(en) and code(en) != code(notebook)  # the solutions are gone from both
+    assert nbformat.read(ed, as_version=4).cells[0].source != nbformat.read(en, as_version=4).cells[0].source

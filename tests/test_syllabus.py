@@ -18,6 +18,7 @@ from course.syllabus import (
     title_markdown,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_thirty_chapters_numbered_in_order():
@@ -134,10 +135,11 @@ def test_readme_table_shape():
     for ch, row in zip(CHAPTERS, lines[2:]):
         cells = [c.strip() for c in row.strip("|").split("|")]
         stem = f"ch{ch.number:02d}_{ch.slug}"
+        zh = ROOT / "notebooks" / "zh" / f"{stem}.ipynb"
         assert cells == [
             str(ch.number),
             ch.title_en,
-            ch.title_zh,
+            f"[{ch.title_zh}](notebooks/zh/{stem}.ipynb)" if zh.exists() else ch.title_zh,
             f"[{stem}](notebooks/{stem}.ipynb)",
         ]
 
