@@ -25,6 +25,8 @@ playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in
 
 KEYS_COPY = "keys_ch08_core_concepts.ipynb"  # ch08 again, under its own name: a kernel of its own
 RUN_COPY = "run_ch01_course_map.ipynb"  # ch01 for the first test, apart from the sweep's ch01 (its own kernel)
+ZH_CHAPTER = "ch14_fused_adam_kernel.ipynb"  # a chapter of the Chinese edition (notebooks/zh/)
+ZH_COPY = "zh_" + ZH_CHAPTER
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +48,8 @@ def server(request, tmp_path_factory):
             copy = {"test_arrow_keys_change_a_focused_dropdown": KEYS_COPY,
                     "test_chapter_runs_and_widget_updates_in_chromium": RUN_COPY}.get(test, name)
             shutil.copy(REPO / "notebooks" / name, root / "nb" / copy)
+        if test == "test_a_chinese_chapter_renders_in_chromium":
+            shutil.copy(REPO / "notebooks" / "zh" / ZH_CHAPTER, root / "nb" / ZH_COPY)
     with bl.serve(root / "nb", root / "lab.log", overrides=not race) as base:
         yield root, base
 
@@ -189,3 +193,27 @@ def test_arrow_keys_change_a_focused_dropdown(server):
         after = select.evaluate("s => s.value"), page.evaluate(active)
         browser.close()
     assert after == ("32", cell), f"(GPUs, active cell) = {after}, expected ('32', {cell})"
+
+
+def test_a_chinese_chapter_renders_in_chromium(lab, tmp_path):
+    """The Chinese edition as JupyterLab shows it: the translated markdown rendered (headings, bold), with no
+    Markdown syntax left showing — Chinese punctuation before a closing ** is where that goes wrong."""
+    base, _ = lab
+    if not (REPO / "notebooks" / "zh" / ZH_CHAPTER).exists():
+        pytest.skip(f"notebooks/zh/{ZH_CHAPTER} is not built")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(bl.url(base, ZH_COPY))
+        page.wait_for_function(READY, timeout=240_000)
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:render-all-markdown')")
+        page.wait_for_timeout(2000)
+        md = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown")
+        texts = md.all_inner_texts()
+        headings = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown h2").all_inner_texts()
+        page.screenshot(path=str(Path(os.environ.get("ZERO_LAB_SCREENSHOTS", tmp_path)) / "zh_ch14.png"))
+        browser.close()
+    assert texts and texts[0].startswith("第 14 章"), texts[:1]
+    assert any(h.strip().startswith("概念") for h in headings), headings
+    leftover = [t for t in texts if "**" in t or "__" in t]
+    assert not leftover, f"Markdown syntax shows in {len(leftover)} cells: {[t[:80] for t in leftover]}"
