@@ -9,13 +9,32 @@ optimizer = 8.0 if recipe == "fp32" else 12.0          # m, v (+ the fp32 master
 return dict(params=weight * num_params, grads=grad * num_params, optimizer=optimizer * num_params,
             total=(weight + grad + optimizer) * num_params)
 ''',
-    # Korthikanti's factored form sbh(34 + 5as/h): a float, equal to the integer count
+    # every saved tensor kept in a list first; the storages are told apart afterwards, by address
     "2.2": '''
-return s * b * h * (34 + 5 * a * s / h)
+saved = []
+with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+    y = module(x)
+params = set(p.untyped_storage().data_ptr() for p in module.parameters())
+sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved}
+return sum(n for ptr, n in sizes.items() if ptr not in params)
 ''',
 }
 
 WRONG = {
+    # every saved tensor counted, also a storage saved twice (the SwiGLU input feeds two projections)
+    "2.2": '''
+weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+total = [0]
+
+def pack(t):
+    if t.untyped_storage().data_ptr() not in weights:
+        total[0] += t.untyped_storage().nbytes()
+    return t
+
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    y = module(x)
+return total[0]
+''',
     # "16 bytes per parameter" for every recipe: wrong for Megatron's 18-byte layout
     "2.3": '''
 return int(gpu_bytes // 16)
