@@ -41,16 +41,6 @@ return {(s, kind, i): begin(s, kind, i) for s in range(p) for kind, i in orders[
 }
 
 WRONG = {
-    # every stage runs its ops back to back from time 0, as if inputs were always there: no fill, no drain
-    "1.2": '''
-out, clock = {}, [0] * p
-for s in range(p):
-    ops = [("F", i) for i in range(m)] + [("B", i) for i in reversed(range(m))]
-    for kind, i in ops:
-        out[s, kind, i] = clock[s]
-        clock[s] += t_f if kind == "F" else t_b
-return out
-''',
     # "ZeRO-3 always helps": answers stage 3 where nothing fits
     "1.3": '''
 return next((s for s in range(4) if zero_memory_gb(psi, n_gpus, s) <= gpu_gb), 3)

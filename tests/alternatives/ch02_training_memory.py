@@ -21,20 +21,6 @@ return sum(n for ptr, n in sizes.items() if ptr not in params)
 }
 
 WRONG = {
-    # every saved tensor counted, also a storage saved twice (the SwiGLU input feeds two projections)
-    "2.2": '''
-weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
-total = [0]
-
-def pack(t):
-    if t.untyped_storage().data_ptr() not in weights:
-        total[0] += t.untyped_storage().nbytes()
-    return t
-
-with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-    y = module(x)
-return total[0]
-''',
     # "16 bytes per parameter" for every recipe: wrong for Megatron's 18-byte layout
     "2.3": '''
 return int(gpu_bytes // 16)

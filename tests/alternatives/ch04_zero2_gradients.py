@@ -35,32 +35,6 @@ return ready, finish
 }
 
 WRONG = {
-    # each bucket reduce-scattered the moment it is complete: ranks whose gradients arrive in another order
-    # pair different buckets in one collective
-    "4.1": '''
-where, staging, missing, shards = {}, [], [], {}
-for b, members in enumerate(buckets):
-    offset = 0
-    for i in members:
-        where[i] = (b, offset)
-        offset += numels[i]
-    staging.append(torch.zeros(-(-offset // world_size) * world_size))
-    missing.append(len(members))
-
-def ready(i, grad):
-    b, offset = where[i]
-    staging[b][offset:offset + numels[i]] = grad.reshape(-1)
-    missing[b] -= 1
-    if missing[b] == 0:
-        shards[b] = torch.empty(staging[b].numel() // world_size)
-        comm.reduce_scatter(shards[b], staging[b])
-        shards[b] /= world_size
-
-def finish():
-    return [shards[b] for b in range(len(buckets))]
-
-return ready, finish
-''',
     # the reduced shard written over the partition: micro-steps do not accumulate
     "4.2": '''
 comm.reduce_scatter(partition, staging)
