@@ -1,16 +1,36 @@
 """Chapter 4: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # the buckets closed by a running total over the reversed indices, as tuples
+    # one flat staging buffer for all buckets, bucket b at starts[b]; the launch walks a pointer over complete buckets
     "4.1": '''
-plan, start_size, current = [], 0, ()
-for i in range(len(numels) - 1, -1, -1):
-    if current and start_size + numels[i] > bucket_size:
-        plan.append(current)
-        current, start_size = (), 0
-    current += (i,)
-    start_size += numels[i]
-return plan + [current] if current else plan
+sizes = [sum(numels[i] for i in members) for members in buckets]
+padded = [-(-size // world_size) * world_size for size in sizes]
+starts = [sum(padded[:b]) for b in range(len(buckets))]
+offset = {}
+for b, members in enumerate(buckets):
+    at = starts[b]
+    for i in members:
+        offset[i] = (b, at)
+        at += numels[i]
+flat = torch.zeros(sum(padded))
+arrived = [set() for _ in buckets]
+state = {"next": 0, "out": []}
+
+def ready(i, grad):
+    b, at = offset[i]
+    flat[at:at + numels[i]].copy_(grad.flatten())
+    arrived[b].add(i)
+    while state["next"] < len(buckets) and len(arrived[state["next"]]) == len(buckets[state["next"]]):
+        b = state["next"]
+        out = torch.zeros(padded[b] // world_size)
+        comm.reduce_scatter(out, flat[starts[b]:starts[b] + padded[b]])
+        state["out"].append(out / world_size)
+        state["next"] += 1
+
+def finish():
+    return list(state["out"])
+
+return ready, finish
 ''',
 }
 
