@@ -167,6 +167,18 @@ def build(notebooks: list[Path] | None = None, lang: str = "zh") -> list[Path]:
     return written
 
 
+def refresh_readme(readme: Path = ROOT / "README.md") -> bool:
+    """Rewrite the README's generated chapter table (it links each chapter's built editions); True if changed."""
+    from course.syllabus import readme_table
+
+    text = readme.read_text(encoding="utf-8")
+    new = re.sub(r"(<!-- chapters:start[^\n]*-->\n).*?(\n<!-- chapters:end -->)",
+                 lambda m: m[1] + readme_table() + m[2], text, count=1, flags=re.S)
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
+
+
 def todo(notebook: Path, lang: str = "zh") -> int:
     """Append an entry marked ``todo``, holding the English text, for each cell the translation lacks;
     re-mark stale entries ``todo`` with the new hash (their old translation kept, the new English beside
@@ -204,6 +216,8 @@ def main(argv=None) -> int:
         if args.command == "build":
             for out in build(paths or None, args.lang):
                 print(f"built {_rel(out)}")
+            if refresh_readme():
+                print("README.md: the chapter table now links the edition's notebooks")
             return 0
         if args.command == "todo":
             if not paths:
