@@ -35,13 +35,3 @@ if num_stages > 1 and stage in (0, num_stages - 1):
         comm.send(grad, ranks[0])
     grad += theirs
 '''
-# the other end's gradient replaces this end's instead of adding to it
-WRONG["21.3"] = '''
-if num_stages > 1 and stage in (0, num_stages - 1):
-    peer = ranks[-1] if stage == 0 else ranks[0]
-    theirs = torch.empty_like(grad)
-    work = comm.isend(grad.clone(), peer)
-    comm.recv(theirs, peer)
-    work.wait()
-    grad.copy_(theirs)
-'''

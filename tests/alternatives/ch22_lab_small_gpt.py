@@ -19,9 +19,3 @@ micro = global_batch // (dp * m)
 return [[((i * dp + d) * micro, (i * dp + d + 1) * micro) for i in range(m)] for d in range(dp)]
 ''',
 }
-
-# the tied embedding's gradient sent by every stage, middle stages included
-WRONG["22.1"] = '''
-act = 4 * micro * seq * hidden
-return 32 + m * act * ((stage < pp - 1) + (stage > 0)) + (4 * embedding_shard if pp > 1 else 0)
-'''
