@@ -372,3 +372,18 @@ def test_deepspeed_layout_for_comparison(tmp_path):
     optim = tmp_path / "stage1" / "global_step1" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
     with pytest.raises(pickle.UnpicklingError, match="deepspeed.runtime.fp16.loss_scaler.LossScaler"):
         torch.load(optim, weights_only=True)  # it pickles a Python object: only an unsafe load reads it
+
+
+def test_checkpoint_bytes_under_3d_divide_the_parameters_over_model_parallel_positions():
+    """The seed's 65B plan, TP 8 × PP 8 × DP 4 with ZeRO-1: each of the 64 (tp, pp) positions writes its own
+    2Ψ/64 of bf16 parameters (one folder per position, as ThreeD.save_checkpoint does), not 2Ψ on rank 0."""
+    psi = 65_000_000_000
+    flat = checkpoint.checkpoint_bytes(psi, zero_stage=1, dp=256)
+    three_d = checkpoint.checkpoint_bytes(psi, zero_stage=1, dp=256, mp=64)
+    assert flat["rank0_params"] == 2 * psi and three_d["rank0_params"] == 2 * -(-psi // 64)
+    assert three_d["optim_per_rank"] == flat["optim_per_rank"] == 12 * -(-psi // 256)
+    assert three_d["largest_rank"] == 12 * -(-psi // 256) + 2 * -(-psi // 64)      # ≈ 5.08 GB, not 133 GB
+    assert three_d["total"] == flat["total"] == 14 * psi
+    assert checkpoint.checkpoint_bytes(psi, zero_stage=3, dp=256, mp=64)["rank0_params"] == 0
+    with pytest.raises(ValueError, match="mp"):
+        checkpoint.checkpoint_bytes(psi, zero_stage=1, dp=256, mp=3)

@@ -22,3 +22,16 @@ shard = padded // dp if zero_stage >= 1 else padded
 return {"params": 4 * padded, "grads": 4 * padded, "optimizer": 12 * shard}
 ''',
 }
+
+# Task 21.3: blocking calls ordered by stage (the first end sends first, the last receives first)
+RIGHT["21.3"] = '''
+if num_stages > 1 and stage in (0, num_stages - 1):
+    theirs = torch.zeros_like(grad)
+    if stage == 0:
+        comm.send(grad, ranks[-1])
+        comm.recv(theirs, ranks[-1])
+    else:
+        comm.recv(theirs, ranks[0])
+        comm.send(grad, ranks[0])
+    grad += theirs
+'''

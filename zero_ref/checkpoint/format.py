@@ -38,20 +38,27 @@ class CheckpointError(RuntimeError):
 
 
 # ---------------------------------------------------------------- sizes and names
-def checkpoint_bytes(num_params: int, *, zero_stage: int, dp: int, precision: str = "bf16") -> dict[str, int]:
+def checkpoint_bytes(num_params: int, *, zero_stage: int, dp: int, precision: str = "bf16",
+                     mp: int = 1) -> dict[str, int]:
     """Tensor bytes a checkpoint of ``num_params`` trainable parameters holds (file framing aside).
 
     Every rank's optimizer file holds fp32 master, exp_avg and exp_avg_sq for its ≤ ⌈Ψ/N⌉ elements
     (12 bytes each) at every stage: stage 0's ranks hold all of it, and each writes one slice. The
     parameters (2 bytes each in bf16/fp16, 4 in fp32) are rank 0's to write at stages 0-2, and ⌈Ψ/N⌉
-    per rank at stage 3. ``dp``: the ranks the states are divided over (TP × PP × DP under 3D)."""
+    per rank at stage 3. ``dp``: the ranks the states are divided over (TP × PP × DP under 3D).
+    ``mp``: the model-parallel positions (TP × PP) among them; each holds its own 1/mp of the model,
+    so under 3D ``rank0_params`` is what the first data-parallel rank of *each* position writes,
+    ⌈Ψ/mp⌉ parameters (``ThreeD.save_checkpoint``: one folder per (tp, pp); DeepSpeed: one
+    ``mp_rank_XX`` / ``layer_XX`` file per position)."""
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     if dp < 1 or num_params < 0:
         raise ValueError(f"need dp >= 1 and num_params >= 0, got dp={dp}, num_params={num_params}")
+    if mp < 1 or dp % mp:
+        raise ValueError(f"mp (TP × PP) must be >= 1 and divide dp (all ranks), got mp={mp}, dp={dp}")
     shard, bp = -(-num_params // dp), 4 if precision == "fp32" else 2
     per_rank = bp * shard if zero_stage == 3 else 0
-    rank0 = bp * num_params if zero_stage < 3 else 0
+    rank0 = bp * -(-num_params // mp) if zero_stage < 3 else 0
     return {"optim_per_rank": 12 * shard, "params_per_rank": per_rank, "rank0_params": rank0,
             "largest_rank": 12 * shard + per_rank + rank0, "total": (12 + bp) * num_params}
 
