@@ -20,3 +20,24 @@ for k in range(layers + 1):
 return None
 ''',
 }
+
+# Task 15.3: the input kept as an attribute, the caller's RNG state saved and put back by hand
+RIGHT["15.3"] = '''
+@staticmethod
+def forward(ctx, fn, x):
+    ctx.fn, ctx.x, ctx.state = fn, x.detach(), torch.random.get_rng_state()
+    with torch.no_grad():
+        out = fn(x)
+    return out
+
+@staticmethod
+def backward(ctx, g):
+    caller = torch.get_rng_state()
+    torch.set_rng_state(ctx.state)
+    x = ctx.x.clone().requires_grad_(True)
+    with torch.enable_grad():
+        y = ctx.fn(x)
+    torch.set_rng_state(caller)
+    y.backward(g)
+    return None, x.grad
+'''

@@ -30,3 +30,13 @@ total = sum(token_counts)
 return [n / total for n in token_counts]
 ''',
 }
+
+# Task 16.4: the mean of the micro-batch losses in one backward, one all-reduce per parameter
+RIGHT["16.4"] = '''
+torch.stack([model(i, t)[1] for i, t in micro_batches]).mean().backward()
+for p in model.parameters():
+    comm.all_reduce(p.grad, group=group)
+    p.grad /= comm.get_world_size(group)
+optimizer.step()
+optimizer.zero_grad(set_to_none=True)
+'''
