@@ -483,3 +483,85 @@ def test_get_accelerator_answers_as_deepspeeds_on_this_machine(monkeypatch):
         assert ours.communication_backend_name() == ds.communication_backend_name()
     t = torch.ones(2)
     assert ours.on_accelerator(t) == (ours.device_name() == "cpu")
+
+
+def stage0_run(groups: bool, precision: str = "fp32", steps: range = range(STEPS), state: dict | None = None):
+    """ZeRO-0 through initialize on one rank: the optimizer steps ``steps`` (GAS 1, no schedule, no clipping),
+    after loading ``state`` (the model's and the optimizer's) if given. Returns the engine and optimizer."""
+    from zero_ref.engine import initialize
+    model = build_model()
+    config = {**ds_config(0, bf16=precision == "bf16", scheduler=False, gas=1), "gradient_clipping": 0.0}
+    if precision == "fp16":
+        config["fp16"] = {"enabled": True, "initial_scale_power": 8}
+    engine, optimizer, *_ = initialize(model=model, config=config,
+                                       model_parameters=hf_groups(model) if groups else [p for p in model.parameters() if p.requires_grad])
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    for step in steps:
+        _, loss = engine(*micro_batch(step, 0, 0, 1, 1))
+        engine.backward(loss)
+        engine.step()
+    return engine, optimizer
+
+
+def test_zero0_optimizer_state_dict_is_torch_adamws(one_rank):
+    """At stage 0 DeepSpeed returns its basic optimizer (torch's AdamW here): state_dict() is torch's, per
+    parameter, with each group's own hyper-parameters; it loads into torch's AdamW, which then takes the
+    same step, and a resumed engine continues bit for bit."""
+    engine, optimizer = stage0_run(groups=True)
+    model = engine.module
+    torch.manual_seed(0)
+    ref_model = build_model()
+    ref = torch.optim.AdamW(hf_groups(ref_model), lr=ADAM.lr, eps=ADAM.eps, weight_decay=ADAM.weight_decay)
+    for step in range(STEPS):
+        _, loss = ref_model(*micro_batch(step, 0, 0, 1, 1))
+        loss.backward()
+        ref.step()
+        ref.zero_grad()
+    ours, theirs = optimizer.state_dict(), ref.state_dict()
+    assert ours["param_groups"] == theirs["param_groups"]  # keys, values and parameter indices
+    assert ours["state"].keys() == theirs["state"].keys() and len(ours["state"]) == len(list(ref_model.parameters())) - 1
+    for i, s in theirs["state"].items():  # (the frozen position embedding has none)
+        assert ours["state"][i].keys() == s.keys() and ours["state"][i]["step"] == s["step"] == STEPS
+        for k in ("exp_avg", "exp_avg_sq"):  # another summation order inside the Adam update
+            assert torch.allclose(ours["state"][i][k], s[k], rtol=1e-5, atol=1e-9), (i, k)
+    # torch's AdamW takes zero_ref's state and steps as it would have
+    again = torch.optim.AdamW(hf_groups(model))
+    again.load_state_dict(ours)
+    assert again.state_dict()["param_groups"] == theirs["param_groups"]
+    # save after two steps, resume for the third: the same weights as three steps in one go
+    _, half = stage0_run(groups=True, steps=range(STEPS - 1))
+    saved = {"model": {k: v.clone() for k, v in half.module.state_dict().items()}, "optimizer": half.state_dict()}
+    first = {n: p.detach().clone() for n, p in half.module.named_parameters()}
+    resumed, _ = stage0_run(groups=True, steps=range(STEPS - 1, STEPS), state=saved)
+    for n, p in resumed.module.named_parameters():
+        assert torch.equal(p, model.get_parameter(n)), n
+    assert not torch.equal(first["tok_emb.weight"], model.tok_emb.weight)  # (the third step moved it)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_zero0_optimizer_state_dict_in_16_bits_is_deepspeeds_wrappers(one_rank, precision):
+    """bf16/fp16 at stage 0: DeepSpeed's FP16_UnfusedOptimizer dict (the loss scale, the inner AdamW's dict
+    over the fp32 masters, the masters); a resumed engine continues bit for bit."""
+    engine, optimizer = stage0_run(groups=False, precision=precision)
+    sd = optimizer.state_dict()
+    dynamic = precision == "fp16"
+    assert list(sd) == ["dynamic_loss_scale", "cur_scale", "cur_iter",
+                        *(["last_overflow_iter", "scale_factor", "scale_window"] if dynamic else []),
+                        "optimizer_state_dict", "fp32_groups"]
+    assert sd["dynamic_loss_scale"] == dynamic and sd["cur_scale"] == (2.0 ** 8 if dynamic else 1.0)
+    trainable = [p for p in engine.module.parameters() if p.requires_grad]
+    (masters,) = sd["fp32_groups"]
+    assert [m.dtype for m in masters] == [torch.float32] * len(trainable)
+    assert all(torch.equal(m.to(p.dtype), p) for m, p in zip(masters, trainable))  # the weights are masters cast down
+    assert not all(torch.equal(m, p.float()) for m, p in zip(masters, trainable))  # ... and the masters keep more
+    assert sd["optimizer_state_dict"]["state"][0]["step"] == STEPS - optimizer.skipped_steps
+    _, half = stage0_run(groups=False, precision=precision, steps=range(STEPS - 1))
+    saved = {"model": {k: v.clone() for k, v in half.module.state_dict().items()}, "optimizer": half.state_dict()}
+    resumed, again = stage0_run(groups=False, precision=precision, steps=range(STEPS - 1, STEPS), state=saved)
+    for n, p in resumed.module.named_parameters():
+        assert torch.equal(p, engine.module.get_parameter(n)), n
+    assert again.loss_scale == optimizer.loss_scale
+    with pytest.raises(ValueError, match="trains in .*16, which takes DeepSpeed's FP16 wrapper's dict"):
+        again.load_state_dict(sd["optimizer_state_dict"])
