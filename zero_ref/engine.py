@@ -176,6 +176,7 @@ class Engine(nn.Module):
         self._scaled = False  # engine.scale(loss) was called for the next loss.backward() (fp16)
         self._backward_start = 0.0
         self._times = {"forward": 0.0, "backward": 0.0, "step": 0.0}
+        self._take_from_deepspeeds_zero_init()
         self._broadcast_model()
         adam, groups, self.client_optimizer = self._adam(optimizer, model_parameters)
         # The stage's param_groups are torch's (one per group, each with its own lr, betas, eps and weight
@@ -207,6 +208,24 @@ class Engine(nn.Module):
             for p in self.module.parameters():
                 if not hasattr(p, "_z3_unit"):
                     comm.broadcast(p.data, src=src, group=self.dp_group)
+
+    def _take_from_deepspeeds_zero_init(self) -> None:
+        """transformers' ZeRO-3 path (``HfDeepSpeedConfig`` kept alive, then ``from_pretrained``) builds the model
+        inside DeepSpeed's own ``zero.Init``: its parameters arrive partitioned by DeepSpeed (``ds_id``,
+        ``ds_tensor``; ``param.data`` empty). Their full values are gathered once with DeepSpeed's
+        ``GatheredParameters`` and DeepSpeed's attributes removed, so zero_ref's stage partitions plain
+        parameters (at ZeRO-3, its own way) and trains the model DeepSpeed would."""
+        taken = [p for p in self.module.parameters() if hasattr(p, "ds_id")]
+        if not taken:
+            return
+        import deepspeed  # (only such a model brings DeepSpeed in: it made these parameters)
+        with deepspeed.zero.GatheredParameters(taken):
+            full = [p.data.detach().clone() for p in taken]
+        for p, data in zip(taken, full):
+            p.data = data
+            for name, value in list(vars(p).items()):  # ds_* state and the methods zero.Init attached
+                if name.startswith("ds_") or name in ("is_external_param", "nvme_swapper") or callable(value):
+                    delattr(p, name)
 
     @staticmethod
     def _refuse_expert_parallel(model: nn.Module) -> None:
