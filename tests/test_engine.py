@@ -88,7 +88,8 @@ def train(rank, world, which: str, stage: int, bf16: bool = False, script: str =
                 norm=engine.get_global_grad_norm(),
                 samples=engine.global_samples, batch=(engine.train_batch_size(), engine.train_micro_batch_size_per_gpu(),
                                                       engine.gradient_accumulation_steps()),
-                stage=engine.zero_optimization_stage(), scheduler=type(scheduler).__name__)
+                stage=engine.zero_optimization_stage(), scheduler=type(scheduler).__name__,
+                optim=optimizer.state_dict() if stage == 0 else None)
 
 
 def both_engines(rank, world):
@@ -178,6 +179,29 @@ def test_same_config_same_numbers_in_bf16(runs, stage):
             assert ours["weights"][name].dtype == w.dtype == torch.bfloat16
             err = (ours["weights"][name].float() - w.float()).abs().max().item()
             assert err <= 2 ** -6 * max(1.0, w.float().abs().max().item()), (stage, name, err)
+
+
+@pytest.mark.slow
+def test_zero0_optimizer_state_dict_as_deepspeeds(runs):
+    """At ZeRO-0 the optimizer initialize returns holds what DeepSpeed's holds, in its shape: torch AdamW's dict
+    in fp32 (one group, and the nanoGPT script's groups), FP16_UnfusedOptimizer's in bf16, whose step counts
+    one more (its zero-gradient step at set-up). Moments to 1e-5 relative to each tensor's largest entry
+    (another summation order)."""
+    for res in runs:
+        for key in ((0,), (0, "nanogpt")):
+            ours, theirs = (res[(which, *key)]["optim"] for which in ("zero_ref", "deepspeed"))
+            assert ours["param_groups"] == theirs["param_groups"], key
+            for i, s in theirs["state"].items():
+                assert ours["state"][i]["step"] == s["step"]
+                for k in ("exp_avg", "exp_avg_sq"):
+                    err = (ours["state"][i][k] - s[k]).abs().max().item()
+                    assert err <= 1e-5 * s[k].abs().max().item(), (key, i, k, err)
+        ours, theirs = (res[(which, 0, "bf16")]["optim"] for which in ("zero_ref", "deepspeed"))
+        assert list(ours) == list(theirs)
+        assert [[m.shape for m in g] for g in ours["fp32_groups"]] == [[m.shape for m in g] for g in theirs["fp32_groups"]]
+        inner = ours["optimizer_state_dict"], theirs["optimizer_state_dict"]
+        assert inner[0]["param_groups"] == inner[1]["param_groups"]
+        assert {float(s["step"]) + 1 for s in inner[0]["state"].values()} == {float(s["step"]) for s in inner[1]["state"].values()}
 
 
 @pytest.mark.slow
