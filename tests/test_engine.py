@@ -9,7 +9,6 @@ clipping off on one side alone moves the weights by 5e-3, so the check sees the 
 """
 import contextlib
 import os
-import warnings
 
 import pytest
 import torch
@@ -518,10 +517,8 @@ def stage0_run(groups: bool, precision: str = "fp32", steps: range = range(STEPS
     config = {**ds_config(0, bf16=precision == "bf16", scheduler=False, gas=1), "gradient_clipping": 0.0}
     if precision == "fp16":
         config["fp16"] = {"enabled": True, "initial_scale_power": 8}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "fp16 on CPU")  # (test_fp16_on_cpu_... checks it)
-        engine, optimizer, *_ = initialize(model=model, config=config, model_parameters=hf_groups(model) if groups
-                                           else [p for p in model.parameters() if p.requires_grad])
+    engine, optimizer, *_ = initialize(model=model, config=config, model_parameters=hf_groups(model) if groups
+                                       else [p for p in model.parameters() if p.requires_grad])
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -594,22 +591,6 @@ def test_zero0_optimizer_state_dict_in_16_bits_is_deepspeeds_wrappers(one_rank, 
         again.load_state_dict(sd["optimizer_state_dict"])
 
 
-def test_fp16_on_cpu_trains_with_a_warning_naming_deepspeeds_refusal(one_rank):
-    """zero_ref keeps fp16 on CPU (chapter 12 shows loss scaling at work there); DeepSpeed 0.19.8 refuses it on
-    CPUs without oneDNN fp16, so initialize says so and names the way out. bf16 and fp32 say nothing."""
-    from zero_ref.config import ConfigWarning
-    from zero_ref.engine import initialize
-    config = {"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
-    with pytest.warns(ConfigWarning, match=r"fp16 on CPU: zero_ref trains it, DeepSpeed 0.19.8 refuses it .*"
-                                           r"Type fp16 is not supported on your device.*use \"bf16\""):
-        engine, *_ = initialize(model=build_model(), config={**config, "fp16": {"enabled": True}})
-    assert engine.loss_scale == 2.0 ** 16  # trained in fp16 all the same
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ConfigWarning)
-        for other in ({"bf16": {"enabled": True}}, {}):
-            initialize(model=build_model(), config={**config, **other})
-
-
 def deepspeed_fp16_on_cpu(rank, world):
     os.environ["DS_ACCELERATOR"] = "cpu"
     import deepspeed
@@ -623,6 +604,7 @@ def deepspeed_fp16_on_cpu(rank, world):
 
 
 @pytest.mark.peers
-def test_deepspeed_refuses_fp16_on_this_cpu_as_the_warning_says():
+def test_deepspeed_refuses_fp16_on_this_cpu_as_the_readme_says():
+    """zero_ref trains fp16 on CPU (chapter 12); DeepSpeed 0.19.8 refuses it where oneDNN has no fp16."""
     supported, error = zero_ref.launch(deepspeed_fp16_on_cpu, 1, timeout=300)[0]
     assert error == (None if supported else "Type fp16 is not supported on your device.")

@@ -25,6 +25,10 @@ wins over the config section, and with ZeRO-Offload a client optimizer needs
 ``"zero_force_ds_cpu_optimizer": false``. Param groups (``model_parameters`` as dicts, or the client
 optimizer's groups) keep their own lr, betas, eps and weight decay, as in DeepSpeed.
 
+fp16 on CPU is trained (chapter 12 shows loss scaling at work on CPU ranks); DeepSpeed 0.19.8 refuses it on
+CPUs whose oneDNN has no fp16 ("Type fp16 is not supported on your device.", deepspeed/runtime/engine.py,
+``_do_sanity_check``): a script that must also run under DeepSpeed on CPU takes bf16 or fp32.
+
 Checkpoints: ``save_checkpoint`` / ``load_checkpoint`` delegate to zero_ref.checkpoint.
 """
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zero_ref import activation_checkpointing, comm, lr_schedules
-from zero_ref.config import Config, ConfigError, ConfigWarning, load, parse
+from zero_ref.config import Config, ConfigError, load, parse
 from zero_ref.measure import unique_storage_bytes
 from zero_ref.optim import AdamConfig
 from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
@@ -113,16 +117,9 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
         from zero_ref.pipe.engine import PipelineEngine as kind
     engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
                   lr_scheduler=lr_scheduler, collate_fn=collate_fn)
-    if engine.config.precision == "fp16" and engine.device.type == "cpu":
-        warnings.warn(ConfigWarning(FP16_ON_CPU), stacklevel=2)
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
-# Kept, not refused: the course trains fp16 on CPU ranks to show loss scaling at work (chapter 12).
-FP16_ON_CPU = ("fp16 on CPU: zero_ref trains it, DeepSpeed 0.19.8 refuses it on most CPUs (\"Type fp16 is not "
-               "supported on your device.\", deepspeed/runtime/engine.py, _do_sanity_check: its CPU accelerator "
-               "supports fp16 only where oneDNN has it, CPUs with AVX512-FP16 or AMX-FP16). For a script that "
-               "must run under DeepSpeed on CPU, use \"bf16\": {\"enabled\": true} or fp32")
 
 
 def init_distributed(dist_backend: str | None = None, auto_mpi_discovery: bool = True, distributed_port: int = 29500,
