@@ -87,7 +87,8 @@ def train(rank, world, which: str, stage: int, bf16: bool = False, script: str =
                 norm=engine.get_global_grad_norm(),
                 samples=engine.global_samples, batch=(engine.train_batch_size(), engine.train_micro_batch_size_per_gpu(),
                                                       engine.gradient_accumulation_steps()),
-                stage=engine.zero_optimization_stage(), scheduler=type(scheduler).__name__)
+                stage=engine.zero_optimization_stage(), scheduler=type(scheduler).__name__,
+                optim=optimizer.state_dict() if stage == 0 else None)
 
 
 def both_engines(rank, world):
@@ -177,6 +178,29 @@ def test_same_config_same_numbers_in_bf16(runs, stage):
             assert ours["weights"][name].dtype == w.dtype == torch.bfloat16
             err = (ours["weights"][name].float() - w.float()).abs().max().item()
             assert err <= 2 ** -6 * max(1.0, w.float().abs().max().item()), (stage, name, err)
+
+
+@pytest.mark.slow
+def test_zero0_optimizer_state_dict_as_deepspeeds(runs):
+    """At ZeRO-0 the optimizer initialize returns holds what DeepSpeed's holds, in its shape: torch AdamW's dict
+    in fp32 (one group, and the nanoGPT script's groups), FP16_UnfusedOptimizer's in bf16, whose step counts
+    one more (its zero-gradient step at set-up). Moments to 1e-5 relative to each tensor's largest entry
+    (another summation order)."""
+    for res in runs:
+        for key in ((0,), (0, "nanogpt")):
+            ours, theirs = (res[(which, *key)]["optim"] for which in ("zero_ref", "deepspeed"))
+            assert ours["param_groups"] == theirs["param_groups"], key
+            for i, s in theirs["state"].items():
+                assert ours["state"][i]["step"] == s["step"]
+                for k in ("exp_avg", "exp_avg_sq"):
+                    err = (ours["state"][i][k] - s[k]).abs().max().item()
+                    assert err <= 1e-5 * s[k].abs().max().item(), (key, i, k, err)
+        ours, theirs = (res[(which, 0, "bf16")]["optim"] for which in ("zero_ref", "deepspeed"))
+        assert list(ours) == list(theirs)
+        assert [[m.shape for m in g] for g in ours["fp32_groups"]] == [[m.shape for m in g] for g in theirs["fp32_groups"]]
+        inner = ours["optimizer_state_dict"], theirs["optimizer_state_dict"]
+        assert inner[0]["param_groups"] == inner[1]["param_groups"]
+        assert {float(s["step"]) + 1 for s in inner[0]["state"].values()} == {float(s["step"]) for s in inner[1]["state"].values()}
 
 
 @pytest.mark.slow
@@ -483,3 +507,104 @@ def test_get_accelerator_answers_as_deepspeeds_on_this_machine(monkeypatch):
         assert ours.communication_backend_name() == ds.communication_backend_name()
     t = torch.ones(2)
     assert ours.on_accelerator(t) == (ours.device_name() == "cpu")
+
+
+def stage0_run(groups: bool, precision: str = "fp32", steps: range = range(STEPS), state: dict | None = None):
+    """ZeRO-0 through initialize on one rank: the optimizer steps ``steps`` (GAS 1, no schedule, no clipping),
+    after loading ``state`` (the model's and the optimizer's) if given. Returns the engine and optimizer."""
+    from zero_ref.engine import initialize
+    model = build_model()
+    config = {**ds_config(0, bf16=precision == "bf16", scheduler=False, gas=1), "gradient_clipping": 0.0}
+    if precision == "fp16":
+        config["fp16"] = {"enabled": True, "initial_scale_power": 8}
+    engine, optimizer, *_ = initialize(model=model, config=config, model_parameters=hf_groups(model) if groups
+                                       else [p for p in model.parameters() if p.requires_grad])
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    for step in steps:
+        _, loss = engine(*micro_batch(step, 0, 0, 1, 1))
+        engine.backward(loss)
+        engine.step()
+    return engine, optimizer
+
+
+def test_zero0_optimizer_state_dict_is_torch_adamws(one_rank):
+    """At stage 0 DeepSpeed returns its basic optimizer (torch's AdamW here): state_dict() is torch's, per
+    parameter, with each group's own hyper-parameters; it loads into torch's AdamW, which then takes the
+    same step, and a resumed engine continues bit for bit."""
+    engine, optimizer = stage0_run(groups=True)
+    model = engine.module
+    torch.manual_seed(0)
+    ref_model = build_model()
+    ref = torch.optim.AdamW(hf_groups(ref_model), lr=ADAM.lr, eps=ADAM.eps, weight_decay=ADAM.weight_decay)
+    for step in range(STEPS):
+        _, loss = ref_model(*micro_batch(step, 0, 0, 1, 1))
+        loss.backward()
+        ref.step()
+        ref.zero_grad()
+    ours, theirs = optimizer.state_dict(), ref.state_dict()
+    assert ours["param_groups"] == theirs["param_groups"]  # keys, values and parameter indices
+    assert ours["state"].keys() == theirs["state"].keys() and len(ours["state"]) == len(list(ref_model.parameters())) - 1
+    for i, s in theirs["state"].items():  # (the frozen position embedding has none)
+        assert ours["state"][i].keys() == s.keys() and ours["state"][i]["step"] == s["step"] == STEPS
+        for k in ("exp_avg", "exp_avg_sq"):  # another summation order inside the Adam update
+            assert torch.allclose(ours["state"][i][k], s[k], rtol=1e-5, atol=1e-9), (i, k)
+    # torch's AdamW takes zero_ref's state and steps as it would have
+    again = torch.optim.AdamW(hf_groups(model))
+    again.load_state_dict(ours)
+    assert again.state_dict()["param_groups"] == theirs["param_groups"]
+    # save after two steps, resume for the third: the same weights as three steps in one go
+    _, half = stage0_run(groups=True, steps=range(STEPS - 1))
+    saved = {"model": {k: v.clone() for k, v in half.module.state_dict().items()}, "optimizer": half.state_dict()}
+    first = {n: p.detach().clone() for n, p in half.module.named_parameters()}
+    resumed, _ = stage0_run(groups=True, steps=range(STEPS - 1, STEPS), state=saved)
+    for n, p in resumed.module.named_parameters():
+        assert torch.equal(p, model.get_parameter(n)), n
+    assert not torch.equal(first["tok_emb.weight"], model.tok_emb.weight)  # (the third step moved it)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_zero0_optimizer_state_dict_in_16_bits_is_deepspeeds_wrappers(one_rank, precision):
+    """bf16/fp16 at stage 0: DeepSpeed's FP16_UnfusedOptimizer dict (the loss scale, the inner AdamW's dict
+    over the fp32 masters, the masters); a resumed engine continues bit for bit."""
+    engine, optimizer = stage0_run(groups=False, precision=precision)
+    sd = optimizer.state_dict()
+    dynamic = precision == "fp16"
+    assert list(sd) == ["dynamic_loss_scale", "cur_scale", "cur_iter",
+                        *(["last_overflow_iter", "scale_factor", "scale_window"] if dynamic else []),
+                        "optimizer_state_dict", "fp32_groups"]
+    assert sd["dynamic_loss_scale"] == dynamic and sd["cur_scale"] == (2.0 ** 8 if dynamic else 1.0)
+    trainable = [p for p in engine.module.parameters() if p.requires_grad]
+    (masters,) = sd["fp32_groups"]
+    assert [m.dtype for m in masters] == [torch.float32] * len(trainable)
+    assert all(torch.equal(m.to(p.dtype), p) for m, p in zip(masters, trainable))  # the weights are masters cast down
+    assert not all(torch.equal(m, p.float()) for m, p in zip(masters, trainable))  # ... and the masters keep more
+    assert sd["optimizer_state_dict"]["state"][0]["step"] == STEPS - optimizer.skipped_steps
+    _, half = stage0_run(groups=False, precision=precision, steps=range(STEPS - 1))
+    saved = {"model": {k: v.clone() for k, v in half.module.state_dict().items()}, "optimizer": half.state_dict()}
+    resumed, again = stage0_run(groups=False, precision=precision, steps=range(STEPS - 1, STEPS), state=saved)
+    for n, p in resumed.module.named_parameters():
+        assert torch.equal(p, engine.module.get_parameter(n)), n
+    assert again.loss_scale == optimizer.loss_scale
+    with pytest.raises(ValueError, match="trains in .*16, which takes DeepSpeed's FP16 wrapper's dict"):
+        again.load_state_dict(sd["optimizer_state_dict"])
+
+
+def deepspeed_fp16_on_cpu(rank, world):
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+    try:
+        deepspeed.initialize(model=build_model(), config={"train_batch_size": 2, "fp16": {"enabled": True},
+                                                          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})
+    except ValueError as e:
+        return bool(get_accelerator().is_fp16_supported()), str(e)
+    return bool(get_accelerator().is_fp16_supported()), None
+
+
+@pytest.mark.peers
+def test_deepspeed_refuses_fp16_on_this_cpu_as_the_readme_says():
+    """zero_ref trains fp16 on CPU (chapter 12); DeepSpeed 0.19.8 refuses it where oneDNN has no fp16."""
+    supported, error = zero_ref.launch(deepspeed_fp16_on_cpu, 1, timeout=300)[0]
+    assert error == (None if supported else "Type fp16 is not supported on your device.")

@@ -427,3 +427,92 @@ def test_gather_log_is_the_working_set_as_a_timeline():
             assert live_numel == live
         assert {kind for kind, _, _ in res["log"]} == {"gather", "prefetch", "release"}
         assert max(n for _, _, n in res["log"]) == res["peak"]
+
+
+class Attention(torch.nn.Module):
+    """A DeepSpeed script's model around ``nn.MultiheadAttention``, either layout: ``batch_first`` with
+    query, key and value one tensor (the fused in_proj_weight; at eval, torch's fast path), or sequence-first
+    with keys and values of another width (q_proj_weight, k_proj_weight, v_proj_weight apart) and the
+    averaged attention weights returned, as by default."""
+
+    def __init__(self, batch_first: bool):
+        super().__init__()
+        self.batch_first = batch_first
+        self.emb = torch.nn.Embedding(23, 12)
+        self.kv = torch.nn.Linear(12, 12 if batch_first else 8)
+        self.attn = torch.nn.MultiheadAttention(12, 3, batch_first=batch_first, kdim=self.kv.out_features,
+                                                vdim=self.kv.out_features)
+        self.head = torch.nn.Linear(12, 23)
+
+    def forward(self, idx, targets):
+        x = self.emb(idx)  # (batch, seq, 12)
+        if self.batch_first:
+            x = self.kv(x)
+            y = self.attn(x, x, x, need_weights=False)[0]
+        else:
+            q = x.transpose(0, 1)
+            kv = self.kv(q)
+            y, weights = self.attn(q, kv, kv)
+            y = (y + weights.mean()).transpose(0, 1)  # the weights join the graph
+        return torch.nn.functional.cross_entropy(self.head(x + y).flatten(0, 1), targets.flatten())
+
+
+def attention_config() -> dict:
+    return {"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.0,
+            "optimizer": {"type": "AdamW", "params": {"lr": ADAM.lr, "weight_decay": ADAM.weight_decay,
+                                                       "eps": ADAM.eps}},
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}  # every unit partitioned
+
+
+def run_attention(rank, world, batch_first):
+    torch.manual_seed(0)
+    model = Attention(batch_first)
+    engine, *_ = zero_ref.initialize(model=model, model_parameters=model.parameters(), config=attention_config())
+    losses = []
+    for step in range(STEPS):
+        idx, targets = reader_batch(step)
+        rows = slice(rank * 2, rank * 2 + 2)
+        loss = engine(idx[rows], targets[rows])
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+    engine.eval()
+    with torch.no_grad():
+        evaluated = engine(*reader_batch(STEPS)).item()
+    with zero_ref.zero.GatheredParameters(list(model.parameters())):
+        weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return dict(losses=losses, evaluated=evaluated, weights=weights)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_trains_as_one_process_through_initialize(batch_first):
+    """``nn.MultiheadAttention`` reads ``out_proj.weight`` without calling out_proj (and, at eval with
+    batch_first, passes every weight to one fused kernel): ZeRO-3 through ``zero_ref.initialize`` on two
+    ranks trains it as single-process torch AdamW on the whole batch. Tolerance: 1e-6 relative for the
+    losses, |Δw| ≤ 1e-6 for weights of scale ~0.1-1 (the two ranks' halves are added in another order),
+    except the key bias (the middle third of in_proj_bias): its true gradient is 0 (softmax ignores a
+    shift), so Adam moves it by rounding noise over (noise + eps), up to 5e-5 here: held to 1e-4."""
+    torch.manual_seed(0)
+    model = Attention(batch_first)
+    ref = torch.optim.AdamW(model.parameters(), lr=ADAM.lr, weight_decay=ADAM.weight_decay, eps=ADAM.eps,
+                            foreach=False)
+    halves = []
+    for step in range(STEPS):
+        idx, targets = reader_batch(step)
+        halves.append([model(idx[rows], targets[rows]).item() for rows in (slice(0, 2), slice(2, 4))])
+        model(idx, targets).backward()  # the mean over both halves (equal sizes)
+        ref.step()
+        ref.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        evaluated = model(*reader_batch(STEPS)).item()
+    for rank, res in enumerate(zero_ref.launch(run_attention, 2, batch_first, timeout=120)):
+        assert res["losses"] == pytest.approx([h[rank] for h in halves], rel=1e-6)
+        assert res["evaluated"] == pytest.approx(evaluated, rel=1e-6)
+        expected = {n: p.detach() for n, p in model.named_parameters()}
+        key_bias = slice(12, 24)
+        assert (res["weights"]["attn.in_proj_bias"][key_bias] - expected["attn.in_proj_bias"][key_bias]).abs().max() < 1e-4
+        for weights in (res["weights"], expected):
+            weights["attn.in_proj_bias"] = torch.cat([weights["attn.in_proj_bias"][:12], weights["attn.in_proj_bias"][24:]])
+        zs.assert_close_to_reference(res["weights"], expected, atol=1e-6)

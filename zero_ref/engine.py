@@ -25,6 +25,10 @@ wins over the config section, and with ZeRO-Offload a client optimizer needs
 ``"zero_force_ds_cpu_optimizer": false``. Param groups (``model_parameters`` as dicts, or the client
 optimizer's groups) keep their own lr, betas, eps and weight decay, as in DeepSpeed.
 
+fp16 on CPU is trained (chapter 12 shows loss scaling at work on CPU ranks); DeepSpeed 0.19.8 refuses it on
+CPUs whose oneDNN has no fp16 ("Type fp16 is not supported on your device.", deepspeed/runtime/engine.py,
+``_do_sanity_check``): a script that must also run under DeepSpeed on CPU takes bf16 or fp32.
+
 Checkpoints: ``save_checkpoint`` / ``load_checkpoint`` delegate to zero_ref.checkpoint.
 """
 from __future__ import annotations
@@ -116,6 +120,8 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
+
+
 def init_distributed(dist_backend: str | None = None, auto_mpi_discovery: bool = True, distributed_port: int = 29500,
                      verbose: bool = True, timeout=None, init_method: str | None = None,
                      dist_init_required: bool | None = None, config=None, rank: int = -1, world_size: int = -1) -> None:
@@ -167,6 +173,7 @@ class Engine(nn.Module):
         self._scaled = False  # engine.scale(loss) was called for the next loss.backward() (fp16)
         self._backward_start = 0.0
         self._times = {"forward": 0.0, "backward": 0.0, "step": 0.0}
+        self._take_from_deepspeeds_zero_init()
         self._broadcast_model()
         adam, groups, self.client_optimizer = self._adam(optimizer, model_parameters)
         # The stage's param_groups are torch's (one per group, each with its own lr, betas, eps and weight
@@ -198,6 +205,24 @@ class Engine(nn.Module):
             for p in self.module.parameters():
                 if not hasattr(p, "_z3_unit"):
                     comm.broadcast(p.data, src=src, group=self.dp_group)
+
+    def _take_from_deepspeeds_zero_init(self) -> None:
+        """transformers' ZeRO-3 path (``HfDeepSpeedConfig`` kept alive, then ``from_pretrained``) builds the model
+        inside DeepSpeed's own ``zero.Init``: its parameters arrive partitioned by DeepSpeed (``ds_id``,
+        ``ds_tensor``; ``param.data`` empty). Their full values are gathered once with DeepSpeed's
+        ``GatheredParameters`` and DeepSpeed's attributes removed, so zero_ref's stage partitions plain
+        parameters (at ZeRO-3, its own way) and trains the model DeepSpeed would."""
+        taken = [p for p in self.module.parameters() if hasattr(p, "ds_id")]
+        if not taken:
+            return
+        import deepspeed  # (only such a model brings DeepSpeed in: it made these parameters)
+        with deepspeed.zero.GatheredParameters(taken):
+            full = [p.data.detach().clone() for p in taken]
+        for p, data in zip(taken, full):
+            p.data = data
+            for name, value in list(vars(p).items()):  # ds_* state and the methods zero.Init attached
+                if name.startswith("ds_") or name in ("is_external_param", "nvme_swapper") or callable(value):
+                    delattr(p, name)
 
     @staticmethod
     def _refuse_expert_parallel(model: nn.Module) -> None:
