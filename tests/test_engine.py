@@ -608,3 +608,17 @@ def test_deepspeed_refuses_fp16_on_this_cpu_as_the_readme_says():
     """zero_ref trains fp16 on CPU (chapter 12); DeepSpeed 0.19.8 refuses it where oneDNN has no fp16."""
     supported, error = zero_ref.launch(deepspeed_fp16_on_cpu, 1, timeout=300)[0]
     assert error == (None if supported else "Type fp16 is not supported on your device.")
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero12_optimizer_state_dict_names_the_checkpoint_way(one_rank, stage):
+    """DeepSpeed's ZeRO-1/2 optimizer returns this rank's partition in state_dict(); zero_ref keeps it in its
+    checkpoints and says so, rather than an AttributeError."""
+    from zero_ref.engine import initialize
+    config = {**ds_config(stage, bf16=False, scheduler=False, gas=1), "gradient_clipping": 0.0}
+    model = build_model()
+    _, optimizer, *_ = initialize(model=model, config=config,
+                                  model_parameters=[p for p in model.parameters() if p.requires_grad])
+    for call in (optimizer.state_dict, lambda: optimizer.load_state_dict({})):
+        with pytest.raises(NotImplementedError, match=rf"ZeRO-{stage}.*engine.save_checkpoint\(dir\)"):
+            call()

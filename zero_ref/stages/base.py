@@ -362,6 +362,18 @@ class ZeroOptimizerBase:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- step
+    def state_dict(self) -> dict:
+        """Refused, naming the way out: DeepSpeed's ZeRO-1/2 optimizer returns this rank's partition of the fp32
+        master weights and optimizer state (runtime/zero/stage_1_and_2.py, ``DeepSpeedZeroOptimizer.state_dict``);
+        zero_ref keeps that state in its checkpoints instead."""
+        raise NotImplementedError(
+            f"optimizer.state_dict() at ZeRO-{self.stage}: DeepSpeed's returns this rank's partition of the fp32 "
+            "master weights and Adam state; zero_ref writes and reads every rank's partition with "
+            "engine.save_checkpoint(dir) / engine.load_checkpoint(dir) (zero_ref.checkpoint), so use those")
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.state_dict()  # the same refusal and the same way out
+
     def step(self) -> bool:
         """At the accumulation boundary: unscale, check overflow, clip, Adam, share parameters.
 
