@@ -4,7 +4,8 @@ Every chapter notebook (already executed: ``notebooks/`` holds the reference out
 HTML page with its rendered outputs and figures, a sidebar listing the thirty chapters, and
 previous / next links; ``index.html`` holds the syllabus (titles, goals, seed sections),
 ``corrections.html`` the seed corrections the chapters make (course/seed_corrections.md) and
-``glossary.html`` the English ↔ 中文 glossary (course/glossary.md). The Chinese edition
+``glossary.html`` the English ↔ 中文 glossary (course/glossary.md), to which each chapter page links the
+first use of every term in its prose (English terms on English pages, Chinese on Chinese). The Chinese edition
 (``notebooks/zh/``, course/edition.py) goes under ``zh/`` with the same frame; every page links
 to the same page in the other language (a chapter not yet translated links to the English one).
 Pages are self-contained (figures are embedded), so the folder can be opened from disk or served
@@ -126,6 +127,74 @@ def index_page(present: set[int], zh: bool = False, translated: set[int] = froze
     return wrap(body, "<title>ZeRO Lab</title>", sidebar(None, present, zh, translated))
 
 
+def glossary_terms(path: Path = GLOSSARY) -> list[tuple[str, str, str]]:
+    """(English, 中文, anchor) of each term the glossary defines (its three-column tables)."""
+    terms = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) != 3 or cells[0] in ("English", "") or not cells[0].strip("-: "):
+            continue
+        terms.append((cells[0], cells[1], "term-" + re.sub(r"[^a-z0-9]+", "-", cells[0].lower()).strip("-")))
+    return terms
+
+
+def _forms(term: str) -> list[str]:
+    """The words a term appears as in prose: the parts of "a / b", without a parenthesised gloss."""
+    bare = re.sub(r"\s*[（(][^）)]*[）)]", "", term)
+    return [f.strip() for f in bare.split(" / ") if len(f.strip()) >= 2]
+
+
+_SKIP = {"a", "code", "pre", "script", "style", "h1", "h2", "h3", "h4", "h5", "h6"}
+_PROSE = {"p", "li"}
+
+
+def link_first_uses(body: str, zh: bool, href: str = "glossary.html") -> str:
+    """``body`` with the first use of each glossary term in its prose (paragraphs and list items; not code,
+    links, headings, outputs or $math$) linked to the term's row of the glossary page."""
+    forms = sorted(((f, anchor) for en, cn, anchor in glossary_terms() for f in _forms(cn if zh else en)),
+                   key=lambda fa: -len(fa[0]))
+    used, prose, skip, out = set(), 0, 0, []
+    for token in re.split(r"(<[^>]+>)", body):
+        if token.startswith("<"):
+            m = re.match(r"</?\s*([a-zA-Z0-9]+)", token)
+            name, closing = (m[1].lower(), token.startswith("</")) if m else ("", False)
+            step = 0 if token.endswith("/>") else (-1 if closing else 1)
+            prose += step * (name in _PROSE)
+            skip += step * (name in _SKIP)
+            out.append(token)
+            continue
+        if not prose or skip or not token.strip():
+            out.append(token)
+            continue
+        parts = re.split(r"(\$[^$]*\$)", token)  # MathJax's inline math stays as it is
+        for i, part in enumerate(parts):
+            if i % 2:
+                continue
+            hits = []
+            for form, anchor in forms:
+                if anchor in used:
+                    continue
+                pattern = re.escape(form) if zh else rf"(?<![\w-]){re.escape(form)}(?![\w-])"
+                m = re.search(pattern, part, flags=0 if zh else re.IGNORECASE)
+                if m and not any(m.start() < e and s < m.end() for s, e, _ in hits):
+                    hits.append((m.start(), m.end(), anchor))
+                    used.add(anchor)
+            for start, end, anchor in sorted(hits, reverse=True):
+                part = f'{part[:start]}<a class="zl-term" href="{href}#{anchor}">{part[start:end]}</a>{part[end:]}'
+            parts[i] = part
+        out.append("".join(parts))
+    return "".join(out)
+
+
+def glossary_page() -> str:
+    """The glossary rendered, each term's row with the anchor chapter pages link to."""
+    page = markdown_page(GLOSSARY)
+    for en, _, anchor in glossary_terms():
+        page = page.replace(f"<tr>\n  <td>{html.escape(en, quote=False)}</td>",
+                            f'<tr id="{anchor}">\n  <td>{html.escape(en, quote=False)}</td>', 1)
+    return page
+
+
 def markdown_page(path: Path) -> str:
     """A Markdown file rendered with nbconvert's own Markdown renderer (mistune)."""
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
@@ -149,12 +218,14 @@ def build(out: Path = REPO / "site", notebooks: Path = NOTEBOOKS) -> list[Path]:
         name = page_name(by_number[n])
         switch = language_switch(f"zh/{name}" if n in translated else "zh/index.html", zh=False)
         page = out / name
+        body = link_first_uses(body, zh=False)
         page.write_text(wrap(switch + body, head, sidebar(n, set(present)), prev_next(n, present)), encoding="utf-8")
         pages.append(page)
     for n in sorted(translated):
         head, body = render_notebook(zh_files[n])
         name = page_name(by_number[n])
         page = out / "zh" / name
+        body = link_first_uses(body, zh=True, href="../glossary.html")
         page.write_text(wrap(language_switch(f"../{name}", zh=True) + body, head,
                              sidebar(n, set(present), True, translated), prev_next(n, sorted(translated), True)),
                         encoding="utf-8")
@@ -163,11 +234,11 @@ def build(out: Path = REPO / "site", notebooks: Path = NOTEBOOKS) -> list[Path]:
         page = out / ("zh" if zh else "") / "index.html"
         page.write_text(index_page(set(present), zh, translated), encoding="utf-8")
         pages.append(page)
-    for source, name, title in ((CORRECTIONS, "corrections.html", "Seed corrections"),
-                                (GLOSSARY, "glossary.html", "Glossary · 术语表")):
+    for source, name, title, render in ((CORRECTIONS, "corrections.html", "Seed corrections", markdown_page),
+                                        (GLOSSARY, "glossary.html", "Glossary · 术语表", lambda _: glossary_page())):
         if source.exists():
             page = out / name
-            page.write_text(wrap(markdown_page(source), f"<title>{title}</title>", sidebar(None, set(present))),
+            page.write_text(wrap(render(source), f"<title>{title}</title>", sidebar(None, set(present))),
                             encoding="utf-8")
             pages.append(page)
     return pages

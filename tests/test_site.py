@@ -38,7 +38,27 @@ def test_site_has_every_chapter_page_linked_and_rendered(tmp_path):
     zh_index = (tmp_path / "site" / "zh" / "index.html").read_text()
     assert all(ch.title_zh in zh_index for ch in CHAPTERS) and 'href="../index.html">English' in zh_index
     if site.GLOSSARY.exists():
-        assert "显存" in (tmp_path / "site" / "glossary.html").read_text()
+        glossary = (tmp_path / "site" / "glossary.html").read_text()
+        assert "显存" in glossary
+        # each chapter page links the first use of glossary terms to rows that exist
+        for page, prefix in ((site.page_name(present[1]), ""),
+                             *((f"zh/{site.page_name(ch)}", "../") for ch in translated[:1])):
+            links = re.findall(rf'class="zl-term" href="{re.escape(prefix)}glossary.html#([\w-]+)"',
+                               (tmp_path / "site" / page).read_text())
+            assert links and len(links) == len(set(links)), page  # some, each term once
+            assert all(f'<tr id="{a}">' in glossary for a in links), page
     # Figures are embedded, so the site works from disk with no other files.
     memory = (tmp_path / "site" / "ch02_training_memory.html").read_text()
     assert re.search(r'<img[^>]+src="data:image/png;base64,', memory)
+
+
+def test_glossary_links_go_to_the_first_use_in_prose_only():
+    body = ('<h2>Gradients</h2><p>The optimizer states and <code>gradients</code> in GPU memory; gradients again,'
+            ' $gradients$</p><pre>gradients</pre><li>gradients</li>')
+    linked = site.link_first_uses(body, zh=False)
+    assert linked.count('href="glossary.html#term-gradients"') == 1
+    assert '<a class="zl-term" href="glossary.html#term-gradients">gradients</a> again' in linked  # not the code, heading
+    assert "<code>gradients</code>" in linked and "$gradients$" in linked and "<pre>gradients</pre>" in linked
+    assert 'href="glossary.html#term-gpu-memory-device-memory">GPU memory</a>' in linked
+    zh = site.link_first_uses("<p>主权重在显存里；显存</p>", zh=True, href="../glossary.html")
+    assert zh.count("../glossary.html#term-gpu-memory-device-memory") == 1 and "term-master-weights" in zh
