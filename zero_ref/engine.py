@@ -120,8 +120,6 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
-
-
 def init_distributed(dist_backend: str | None = None, auto_mpi_discovery: bool = True, distributed_port: int = 29500,
                      verbose: bool = True, timeout=None, init_method: str | None = None,
                      dist_init_required: bool | None = None, config=None, rank: int = -1, world_size: int = -1) -> None:
