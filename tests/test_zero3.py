@@ -61,7 +61,7 @@ def run_configs(rank, world):
         layout = [dict(name=u.name, numel=u.numel, shard=u.layout.shard_numel, size=u.size, persistent=u.persistent,
                        trainable=u.params[0].requires_grad) for u in units]
         out[name] = dict(state=opt.state_dict(), records=records, memory=memory, units=layout,
-                         peak_live=opt.peak_live_numel)
+                         peak_live=opt.peak_live_numel, expects_order=opt.path.expected is not None)
     model = build_model()
     out["stage2"] = dict(records=train(rank, world, model, ZeroStage2(model, adam=ADAM)))
     return out
@@ -137,10 +137,12 @@ def test_communication_per_step(runs):
         assert step_bytes(records, "all_gather") == 4 * (forward + backward + after_step)
         assert step_bytes(records, "reduce_scatter") == 4 * total(units, "size", trainable=True)
         assert step_bytes(records, "all_reduce", "float64") == 16  # the global norm and overflow flag
-        # A 16-byte header per rank before each all-gather and reduce-scatter of a unit (none on one rank).
-        # Gathers: forward every unit + tok_emb again, backward every unit but pos_emb: 2 per unit.
+        # A 16-byte header per rank with each all-gather and reduce-scatter of a unit, and one at the micro-step's
+        # end (none on one rank). Gathers: forward every unit + tok_emb again, backward every unit but pos_emb.
         n_collectives = 2 * len([u for u in units if not u["persistent"]]) + len([u for u in units if u["trainable"]])
-        assert step_bytes(records, "all_gather", "int64") == (16 * world * n_collectives if world > 1 else 0)
+        assert step_bytes(records, "all_gather", "int64") == (16 * world * (n_collectives + 1) if world > 1 else 0)
+        # By the last step the headers travel with their collectives: the order of the step before is expected.
+        assert results[0][name]["expects_order"] == (world > 1)
     units = results[0]["default"]["units"]
     size = {u["name"]: u["size"] for u in units}
     psi_t = total(units, "numel", trainable=True)
@@ -300,11 +302,11 @@ def test_zero_init_takes_deepspeeds_keywords_and_rank0s_values():
 
 # ---------------------------------------------------------------- different control flow on different ranks
 
-def diverge(rank, world, prefetch, catch):
+def diverge(rank, world, prefetch, catch, at=1):
     model = build_model()
     opt = ZeroStage3(model, adam=ADAM, prefetch_bucket_size=prefetch, **ALL_PARTITIONED)
-    for step in range(2):
-        if step == 1 and rank == 1:
+    for step in range(at + 1):
+        if step == at and rank == 1:
             model.blocks[1].forward = lambda x: x  # rank 1 skips a block
         idx, targets = micro_batch(step, 0, rank, world, 1)
         try:
@@ -321,12 +323,16 @@ def diverge(rank, world, prefetch, catch):
 @pytest.mark.slow
 def test_control_flow_mismatch_is_a_clear_error_on_every_rank():
     start = time.monotonic()
-    messages = zero_ref.launch(diverge, 2, 0, True, timeout=60)
-    for msg in messages:  # the same diagnosis on both ranks
-        assert "rank 0 gathers 'blocks.1.ln1' for forward while rank 1 gathers 'ln_f' for forward" in msg, msg
+    # Step 1 checks each header before its collective; by step 3 the order repeats and headers travel with them.
+    for at in (1, 3):
+        messages = zero_ref.launch(diverge, 2, 0, True, at, timeout=60)
+        for msg in messages:  # the same diagnosis on both ranks
+            assert "rank 0 gathers 'blocks.1.ln1' for forward while rank 1 gathers 'ln_f' for forward" in msg, msg
     with pytest.raises(zero_ref.RankError, match=r"rank \d .*while rank \d"):  # with prefetch: fails, never hangs
         zero_ref.launch(diverge, 2, int(5e7), False, timeout=60)
-    assert time.monotonic() - start < 40
+    with pytest.raises(zero_ref.RankError, match=r"rank \d .*while rank \d"):
+        zero_ref.launch(diverge, 2, int(5e7), False, 3, timeout=60)
+    assert time.monotonic() - start < 50
 
 
 class Reader(torch.nn.Module):

@@ -32,9 +32,10 @@ all-gather after each step); they are still partitioned for the optimizer.
 first releases the oldest units not in use, prefetching stops at it; a larger single unit still
 gathers. ``gather_log`` (None by default): set it to a list and every gather, prefetch and release
 appends a ``GatherEvent`` (kind, unit, gathered elements after it), the working set as a timeline.
-Different control flow on different ranks would mismatch collectives and hang: before
-each collective on a unit the ranks all-gather a 16-byte header (unit, op) and all raise the
-same error naming every rank's module if they differ.
+Different control flow on different ranks would mismatch collectives and hang: each collective on a
+unit carries a 16-byte header (unit, op), and all ranks raise the same error naming every rank's
+module if they differ (``path_check.PathCheck``: synchronous while a step's order is being learnt,
+sent with the collective once it repeats).
 
 Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per
 parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
@@ -61,6 +62,7 @@ import torch.nn as nn
 from zero_ref import comm
 from zero_ref.optim import AdamConfig
 from zero_ref.stages.partition import Partition
+from zero_ref.stages.path_check import END, PathCheck
 from zero_ref.stages.zero2 import ZeroStage2
 from zero_ref.stages.zero_init import GatheredParameters, Unit
 
@@ -174,6 +176,8 @@ class ZeroStage3(ZeroStage2):
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
                          offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
                          sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups)
+        self.path = PathCheck(self.group, self.world_size, self.units[0].unit.device, self._check_same_path,
+                              self._run_like)
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
@@ -273,18 +277,21 @@ class ZeroStage3(ZeroStage2):
                     if not idle:
                         break
                     self.release(min(idle, key=lambda v: v.age))
-            self._agree(u, op)
-            u.unit.gather(async_op=op == PREFETCH)
+            self.path.announce((u.index, op))
+            u.unit.gather(async_op=True)
             self._clock += 1
             u.age = self._clock
             self._by_ptr[u.unit.full.untyped_storage().data_ptr()] = u
             self.peak_live_numel = max(self.peak_live_numel, self.live_numel())
             self._log("prefetch" if op == PREFETCH else "gather", u)
-        elif u.unit.work is not None and op != PREFETCH:
+        if u.unit.work is not None and op != PREFETCH:
+            self.path.settle(block=True)
             u.unit.wait()
 
     def release(self, u: UnitState) -> None:
         if u.unit.full is not None and not u.persistent:
+            if u.unit.work is not None:
+                self.path.settle(block=True)
             self._by_ptr.pop(u.unit.full.untyped_storage().data_ptr(), None)
             u.unit.release()
             self._log("release", u)
@@ -293,23 +300,32 @@ class ZeroStage3(ZeroStage2):
         if self.gather_log is not None:
             self.gather_log.append(GatherEvent(kind, u.name, self.live_numel()))
 
-    def _agree(self, u: UnitState, op: int) -> None:
-        """All ranks check that they are about to run the same collective on the same unit."""
-        if self.world_size == 1:
-            return
-        mine = torch.tensor([u.index, op], device=u.unit.device)
-        rows = mine.new_empty(2 * self.world_size)
-        comm.all_gather(rows, mine, group=self.group)
+    def _check_same_path(self, rows: list[tuple[int, int]]) -> None:
+        """Raise, naming every rank's module, unless the ranks' headers (unit, op) name the same collective."""
         ranks: dict[tuple, list[int]] = {}  # (unit, op) -> the ranks about to run it
-        for r, row in enumerate(rows.view(-1, 2).tolist()):
-            ranks.setdefault(tuple(row), []).append(r)
+        for r, row in enumerate(rows):
+            ranks.setdefault(row, []).append(r)
         if len({(i, o == REDUCE) for i, o in ranks}) > 1:
-            said = [(f"rank {rs[0]} {_VERBS[o][0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs))} {_VERBS[o][1]}")
-                    + f" '{self.units[i].name}'{_VERBS[o][2]}" for (i, o), rs in ranks.items()]
+            said = [self._say(i, o, rs) for (i, o), rs in ranks.items()]
             raise RuntimeError(f"ZeRO-3: the ranks took different paths through the model: {' while '.join(said)}. "
                                "Every rank must call the same modules in the same order (a block skipped on one "
                                "rank, an expert unused on one rank, generation stopping at different lengths all "
                                "break this); otherwise their collectives would not match and training would hang.")
+
+    def _say(self, i: int, o: int, ranks: list[int]) -> str:
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+        if (i, o) == END:
+            return f"{who} {'has' if len(ranks) == 1 else 'have'} no more modules in this micro-step"
+        verb = _VERBS[o][0] if len(ranks) == 1 else _VERBS[o][1]
+        return f"{who} {verb} '{self.units[i].name}'{_VERBS[o][2]}"
+
+    def _run_like(self, key: tuple[int, int]):
+        """The collective ``key`` names (what the other ranks run now), on scratch buffers."""
+        u, op = self.units[key[0]].unit, key[1]
+        full, shard = u._empty(u.size), u._empty(u.layout.shard_numel)
+        if op == REDUCE:
+            return comm.reduce_scatter(shard, full.zero_(), group=self.group, async_op=True)
+        return comm.all_gather(full, shard, group=self.group, async_op=True)
 
     # ---------------------------------------------------------------- trace and prefetch
     def on_use(self, u: UnitState) -> None:
@@ -399,8 +415,30 @@ class ZeroStage3(ZeroStage2):
             param.data = b.flat_param.new_empty(0)  # drop the placeholder
 
     def reduce_bucket(self, b: UnitState) -> None:
-        self._agree(b, REDUCE)
+        self.path.announce((b.index, REDUCE))
         super().reduce_bucket(b)
+
+    def _async(self, work, callback=None) -> None:
+        if len(self._pending) >= self.MAX_IN_FLIGHT:  # (the base class waits on the oldest)
+            self.path.settle(block=True)
+        super()._async(work, callback)
+
+    def _wait_all(self) -> None:
+        if self._pending:
+            self.path.settle(block=True)
+        super()._wait_all()
+
+    def end_backward(self, failed: bool = False) -> None:
+        steady = not self._recording and self._trace is not None  # following a recorded order: it repeats
+        try:
+            super().end_backward(failed)
+        except BaseException:
+            self.path.drop()
+            raise
+        if failed:
+            self.path.drop()
+        else:
+            self.path.end(keep=steady)
 
     def after_backward(self) -> None:
         for u in self.units:  # gathered but never unpacked (unused branch, unused prefetch)
