@@ -25,6 +25,13 @@ return config
 error = (predicted - measured) / measured
 return error, -tolerance < error < tolerance
 ''',
+    # a plan written out by hand: no tensor parallelism, ZeRO-1 over four pipeline stages (DeepSpeed allows
+    # ZeRO-1 with a pipeline), the most micro-batches to shrink the bubble
+    "30.4": '''
+gpus = cluster.world_size
+return sim.Plan(zero_stage=1, tp=1, pp=4, dp=gpus // 4, micro_batch_size=1,
+                num_microbatches=global_batch // (gpus // 4), precision="bf16", attention=BRIEF["attention"])
+''',
 }
 
 WRONG = {
@@ -36,5 +43,17 @@ tiers = offload_placement(model.num_params, zero_stage=plan.zero_stage, dp=plan.
 per_gpu = {t: tiers[t].total / (plan.tp * plan.pp) for t in ("cpu", "nvme")}
 return {"gpu": r.peak_gpu_bytes <= memory_fraction * cluster.gpu.hbm_bytes,
         "cpu": per_gpu["cpu"] <= cluster.cpu_bytes, "nvme": per_gpu["nvme"] <= cluster.nvme_bytes}
+''',
+    # the collectives copied from the simulator's booking: one entry per call, and the norm's all-reduce as
+    # one fp32 (4 bytes) where zero_ref sends two float64
+    "30.5": '''
+from zero_ref.profiling.profile import COURSE_GPT
+booked = fit_local.work_totals(fit_local.gpt_model(COURSE_GPT), plan)["collectives"]
+comm = {}
+for op, nbytes, _ in booked:
+    calls, total = comm.get(op, (0, 0))
+    comm[op] = (calls + 1, total + int(nbytes))
+states = model_state_bytes(num_params, zero_stage=plan.zero_stage, dp=plan.dp, precision=plan.precision)
+return {"memory": {"params": states.params, "grads": states.grads, "optimizer": states.optimizer}, "comm": comm}
 ''',
 }
