@@ -8,7 +8,8 @@ comparison of every reference notebook (which is what "the reference passes") is
 
 Each chapter also has ``tests/alternatives/<notebook>.py``: ``RIGHT``, answers written in another style than
 the reference (they must pass), and ``WRONG``, plausible mistakes (they must fail). They are graded in a second
-release of the chapter where those tasks are answered and every other task is still a stub.
+release of the chapter where those tasks are answered and every other task is still a stub. ``MORE_WRONG``, a list
+of further mistakes (also for tasks with a RIGHT answer), is graded one release per entry; they must fail too.
 
 Both releases of a chapter are graded in one kernel (``assign.grade_together``). The grading tests are marked
 ``other_isa``: `make test-portable` runs them, on another instruction set than the one that recorded the
