@@ -8,7 +8,8 @@ comparison of every reference notebook (which is what "the reference passes") is
 
 Each chapter also has ``tests/alternatives/<notebook>.py``: ``RIGHT``, answers written in another style than
 the reference (they must pass), and ``WRONG``, plausible mistakes (they must fail). They are graded in a second
-release of the chapter where those tasks are answered and every other task is still a stub.
+release of the chapter where those tasks are answered and every other task is still a stub. ``MORE_WRONG``, a list
+of further mistakes (also for tasks with a RIGHT answer), is graded one release per entry; they must fail too.
 
 Both releases of a chapter are graded in one kernel (``assign.grade_together``). The grading tests are marked
 ``other_isa``: `make test-portable` runs them, on another instruction set than the one that recorded the
@@ -35,6 +36,12 @@ def alternatives(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     return found["RIGHT"], found.get("WRONG", {})
 
 
+def more_mistakes(path: Path) -> list[dict[str, str]]:
+    """``MORE_WRONG`` of a chapter: further mistakes ({task id: code}, also for a task with a RIGHT answer), each
+    graded in a release of its own."""
+    return runpy.run_path(str(ALTERNATIVES / f"{path.stem}.py")).get("MORE_WRONG", [])
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, request):
     """For each chapter this run tests: its student release ("stub"), its release with the alternative answers
@@ -48,6 +55,8 @@ def graded(tmp_path_factory, request):
         reference = nbformat.read(path, as_version=4)
         right, wrong = alternatives(path)
         versions = {"stub": assign.make_release(reference, str(path)),
+                    **{f"wrong{k}": assign.make_release(reference, str(path), answers)  # before the correct answers
+                       for k, answers in enumerate(more_mistakes(path))},
                     "answered": assign.make_release(reference, str(path), {**right, **wrong})}
         if path == NOTEBOOKS[0]:
             versions["reference"] = reference
@@ -96,6 +105,10 @@ def test_alternative_answers_pass_and_mistakes_fail(path, graded):
     assert not failing, f"{path.name}: correct answers in another style fail: {failing}"
     passing = sorted(t for t in tasks - set(right) if answered.tasks[t].passed)
     assert not passing, f"{path.name}: wrong answers (or stubs) pass: {passing}"
+    for k, answers in enumerate(more_mistakes(path)):
+        report = graded[path].result()[f"wrong{k}"]
+        passing = sorted(t for t in answers if report.tasks[t].passed)
+        assert not passing, f"{path.name}: the mistakes MORE_WRONG[{k}] pass: {passing}"
 
 
 GRADING_TESTS = {test_student_release_fails_every_check.__name__,

@@ -14,6 +14,42 @@ for b in range(m):
     ops.append(backwards[b])
 return ops
 ''',
+    # driven by the order of Task 20.1's schedule, a dict of held micro-batches, irecv + wait, grads sent blocking-free
+    "20.3": '''
+from zero_ref.parallel.schedules import stage_order
+
+m = len(micro_batches)
+held, handles, losses = {}, [], []
+for kind, i, _ in stage_order("1f1b", p, m, s):
+    if kind == "F":
+        if s == 0:
+            x = micro_batches[i][0]
+        else:
+            x = torch.zeros(shape)
+            comm.irecv(x, s - 1).wait()
+            x.requires_grad = True
+        if s == p - 1:
+            out = stage(x, micro_batches[i][1])
+            losses.append(out.item())
+            out = out / m
+        else:
+            out = stage(x)
+            handles.append(comm.isend(out.detach().clone(), s + 1))
+        held[i] = (x, out)
+    else:
+        x, out = held.pop(i)
+        if s == p - 1:
+            out.backward()
+        else:
+            g = torch.zeros(shape)
+            comm.irecv(g, s + 1).wait()
+            out.backward(g)
+        if s > 0:
+            handles.append(comm.isend(x.grad.clone(), s - 1))
+for h in handles:
+    h.wait()
+return losses
+''',
 }
 
 WRONG = {
@@ -26,3 +62,82 @@ if schedule == "1f1b":
 return 2 * (p - s - 1) + (v - 1) * p + 1
 ''',
 }
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # the right order, but blocking sends: in the steady state stage s sends an activation to s + 1 while s + 1
+    # sends a gradient to s, each waits for the other's receive (the check's 30 s timeout fails it)
+    {"20.3": '''
+m, first, last = len(micro_batches), s == 0, s == p - 1
+held, losses = deque(), []
+
+def forward(i):
+    idx, targets = micro_batches[i]
+    if first:
+        x = idx
+    else:
+        x = torch.empty(shape)
+        comm.recv(x, s - 1)
+        x.requires_grad_()
+    out = stage(x, targets if last else None)
+    if last:
+        losses.append(out.item())
+        out = out / m
+    else:
+        comm.send(out.detach(), s + 1)
+    held.append((x, out))
+
+def backward():
+    x, out = held.popleft()
+    grad = None
+    if not last:
+        grad = torch.empty(shape)
+        comm.recv(grad, s + 1)
+    torch.autograd.backward(out, grad)
+    if not first:
+        comm.send(x.grad, s - 1)
+
+warmup = min(p - s - 1, m)
+for i in range(warmup):
+    forward(i)
+for i in range(warmup, m):
+    forward(i)
+    backward()
+for _ in range(warmup):
+    backward()
+return losses
+'''},
+    # GPipe's order (all forwards, then the backwards last micro-batch first): the same losses and gradients,
+    # without a deadlock, but each stage holds all m micro-batches; the order check fails it
+    {"20.3": '''
+m, first, last = len(micro_batches), s == 0, s == p - 1
+held, sends, losses = {}, [], []
+for i in range(m):
+    idx, targets = micro_batches[i]
+    if first:
+        x = idx
+    else:
+        x = torch.empty(shape)
+        comm.recv(x, s - 1)
+        x.requires_grad_()
+    out = stage(x, targets if last else None)
+    if last:
+        losses.append(out.item())
+        out = out / m
+    else:
+        sends.append((comm.isend(out.detach(), s + 1), out))
+    held[i] = (x, out)
+for i in reversed(range(m)):
+    x, out = held.pop(i)
+    grad = None
+    if not last:
+        grad = torch.empty(shape)
+        comm.recv(grad, s + 1)
+    torch.autograd.backward(out, grad)
+    if not first:
+        sends.append((comm.isend(x.grad, s - 1), x.grad))
+for work, _ in sends:
+    work.wait()
+return losses
+'''},
+]
