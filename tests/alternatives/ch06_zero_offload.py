@@ -8,6 +8,27 @@ element = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}[precision]
 shard = math.ceil(num_params / world_size) * element
 return [shard if stage == 1 else gas * shard, shard]
 ''',
+    # the mean taken on the device (op="avg"), the delay as "send the master from before Adam", a list all-gather
+    "6.3": '''
+lo, S = rank * (flat16.numel() // world_size), flat16.numel() // world_size
+state = {"master": flat16[lo:lo + S].to(torch.float32), "m": torch.zeros(S), "v": torch.zeros(S)}  # host
+
+def step(grad16, t):
+    part = torch.zeros(S, dtype=grad16.dtype)
+    comm.reduce_scatter(part, grad16, op="avg")
+    arrived = []
+    link.to_host(part, arrived.append)
+    link.poll(wait=True)
+    before = state["master"].clone()
+    adam_step_(state["master"], arrived[0].to(torch.float32), state["m"], state["v"], t, cfg)
+    up = torch.empty(S, dtype=flat16.dtype)
+    link.to_device(up, before if delay else state["master"])
+    pieces = [torch.empty_like(up) for _ in range(world_size)]
+    comm.all_gather(pieces, up)
+    flat16.copy_(torch.cat(pieces))
+
+return step
+''',
 }
 
 WRONG = {

@@ -8,6 +8,32 @@ shard = math.ceil(num_params / world_size)
 element = 4 if precision == "fp32" else 2
 return [(12 + 2 * element * offload_param) * shard, (12 + element * offload_param) * shard]
 ''',
+    # tiles fetched inside the expression that uses them, an output buffer filled in place, backward by columns
+    "7.3": '''
+class _Tiles(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, inp):
+        ctx.save_for_backward(inp)
+        y = inp.new_zeros(inp.shape[0], store.rows[-1].stop)
+        for i, rows in enumerate(store.rows):
+            for j, cols in enumerate(store.cols):
+                y[:, rows] += inp[:, cols] @ store.fetch(i, j).t()
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (inp,) = ctx.saved_tensors
+        parts = []
+        for j, cols in enumerate(store.cols):
+            acc = 0
+            for i, rows in enumerate(store.rows):
+                acc = acc + gy[:, rows] @ store.fetch(i, j)
+                store.add_grad(i, j, torch.einsum("bo,bi->oi", gy[:, rows], inp[:, cols]))
+            parts.append(acc)
+        return torch.cat(parts, 1)
+
+return _Tiles.apply(x) + store.bias
+''',
 }
 
 WRONG = {
