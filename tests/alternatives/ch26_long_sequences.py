@@ -66,4 +66,20 @@ WRONG = {
     "26.1": '''
 return 24 * hidden / (5 * heads)
 ''',
+    # the all-to-all on the wrong dim: the (s/cp, b, cp, heads/cp, d) view sent as it is, so dim 0 (the tokens)
+    # is split among the ranks instead of the head groups; shapes fit, values do not
+    "26.4": '''
+cp = dist.get_world_size(group)
+s_local, b, heads, d = q.shape
+if heads % cp:
+    raise ValueError(f"Ulysses: heads = {heads} is not divisible by cp = {cp}")
+
+def to_heads(x):
+    return all_to_all(x.reshape(s_local, b, cp, heads // cp, d), group).reshape(cp * s_local, b, heads // cp, d)
+
+def to_sequence(x):
+    return all_to_all(x.reshape(cp * s_local, b, heads // cp, d), group).reshape(s_local, b, heads, d)
+
+return to_sequence(causal_attention(to_heads(q), to_heads(k), to_heads(v)))
+''',
 }
