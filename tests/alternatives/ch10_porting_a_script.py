@@ -47,21 +47,3 @@ def step(self):
         self.global_steps = self.global_steps + 1
     self.micro_steps = self.micro_steps + 1
 '''
-
-# Task 10.4: the loss not divided by GAS (the sum of the micro-gradients, GAS times the mean)
-WRONG["10.4"] = '''
-def backward(self, loss):
-    loss.backward()
-    if self.is_gradient_accumulation_boundary():
-        for p in self.module.parameters():
-            comm.all_reduce(p.grad, group=self.group)
-            p.grad /= comm.get_world_size(self.group)
-    return loss
-
-def step(self):
-    if self.is_gradient_accumulation_boundary():
-        self.optimizer.step()
-        self.optimizer.zero_grad()
-        self.global_steps += 1
-    self.micro_steps += 1
-'''
