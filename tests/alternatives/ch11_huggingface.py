@@ -52,3 +52,22 @@ if mismatches:
 return config
 ''',
 }
+
+# Task 11.3: the model's own loss with num_items_in_batch, the global count as an int64 tensor, one flat all-reduce
+RIGHT["11.3"] = '''
+import torch
+n = torch.tensor([int((labels[:, 1:] != -100).sum())])
+comm.all_reduce(n, group=group)
+world = comm.get_world_size(group)
+loss = model(input_ids=ids, labels=labels, num_items_in_batch=n.item()).loss
+loss.mul(world).backward()
+params = [p for p in model.parameters() if p.grad is not None]
+flat = torch.cat([p.grad.flatten() for p in params])
+comm.all_reduce(flat, group=group)
+flat /= world
+offset = 0
+for p in params:
+    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+    offset += p.numel()
+return float(loss)
+'''
