@@ -2,8 +2,9 @@
 
 Each "collective" is an all-gather of its unit's size (units of different sizes: a mismatch that reached
 gloo would abort the process). A rank whose path differs from the others' must make every rank raise the
-same error, whether the header is exchanged before the collective (no expectation yet) or travels with it
-(the micro-step repeats the last one), and whether the rank leaves early, ends early or runs longer.
+same error, naming what each did where they part, whether headers are exchanged before each collective
+(no order known yet) or only at the micro-step's end (the micro-step repeats the last one), and whether
+the rank leaves the path, ends early or runs longer. On the path, only the end header is sent.
 """
 import pytest
 import torch
@@ -16,9 +17,8 @@ SIZES = [3, 5, 7, 11]  # elements per rank of unit i's collective
 PATH = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 3), (2, 3)]  # (unit, op) of one micro-step
 
 
-def check(rows):
-    if len(set(rows)) > 1:
-        raise RuntimeError("paths differ: " + " while ".join(f"rank {r} at {row}" for r, row in enumerate(rows)))
+def explain(did):
+    return "paths differ: " + " while ".join(f"rank {r} at {key}" for r, key in enumerate(did))
 
 
 def collective(key):
@@ -28,16 +28,14 @@ def collective(key):
 
 def walk(rank, world, paths):
     """Micro-steps along ``paths[rank]`` (a list of micro-steps); what each micro-step did, or the error."""
-    path = PathCheck(None, world, "cpu", check, collective)
+    path = PathCheck(None, world, "cpu", collective, same=lambda a, b: a == b, explain=explain)
     done = []
     for micro, keys in enumerate(paths[rank]):
         try:
             ahead = path.expected is not None
             for key in keys:
                 path.announce(key)
-                work = collective(key)
-                path.settle(block=True)
-                work.wait()
+                collective(key).wait()
             path.end(keep=True)
         except RuntimeError as e:
             return done, str(e)
@@ -50,9 +48,24 @@ def run(paths):
 
 
 @pytest.mark.slow
-def test_same_path_sends_headers_with_the_collectives():
+def test_on_the_path_one_header_per_micro_step():
     results = run([[PATH] * 3, [PATH] * 3])
     assert results == [(["checked", "ahead", "ahead"], None)] * 2
+    headers = zero_ref.launch(count_headers, 2, timeout=60)
+    assert headers == [[len(PATH) + 1, 1, 1]] * 2  # a header before each collective + the end one, then the end one only
+
+
+def count_headers(rank, world):
+    path = PathCheck(None, world, "cpu", collective, same=lambda a, b: a == b, explain=explain)
+    counts = []
+    for _ in range(3):
+        with comm.recording() as log:
+            for key in PATH:
+                path.announce(key)
+                collective(key).wait()
+            path.end(keep=True)
+        counts.append(sum(r.dtype == "int64" for r in log.records))
+    return counts
 
 
 LEAVES = PATH[:2] + [(3, 0), (3, 3), (2, 3)]           # skips unit 2: a different size next

@@ -125,7 +125,7 @@ def step_bytes(records, op, dtype="float32"):
 @pytest.mark.slow
 def test_communication_per_step(runs):
     """Per step and rank: all-gather Ψ forward + Ψ backward + reduce-scatter Ψ = 1.5× ZeRO-2's 2Ψ, exactly up to
-    the tied unit, the frozen embedding, persistent units, padding and the control-flow headers."""
+    the tied unit, the frozen embedding, persistent units, padding and the same-path header."""
     world, results = runs
     for name in ("default", "no_prefetch", "tiny_live", "persistent"):
         units, records = results[0][name]["units"], results[0][name]["records"]
@@ -137,11 +137,9 @@ def test_communication_per_step(runs):
         assert step_bytes(records, "all_gather") == 4 * (forward + backward + after_step)
         assert step_bytes(records, "reduce_scatter") == 4 * total(units, "size", trainable=True)
         assert step_bytes(records, "all_reduce", "float64") == 16  # the global norm and overflow flag
-        # A 16-byte header per rank with each all-gather and reduce-scatter of a unit, and one at the micro-step's
-        # end (none on one rank). Gathers: forward every unit + tok_emb again, backward every unit but pos_emb.
-        n_collectives = 2 * len([u for u in units if not u["persistent"]]) + len([u for u in units if u["trainable"]])
-        assert step_bytes(records, "all_gather", "int64") == (16 * world * (n_collectives + 1) if world > 1 else 0)
-        # By the last step the headers travel with their collectives: the order of the step before is expected.
+        # The same-path check: by the last step the order of the step before is expected, and the ranks exchange
+        # one 24-byte header (position, unit, op) per rank at the micro-step's end (none on one rank).
+        assert step_bytes(records, "all_gather", "int64") == (24 * world if world > 1 else 0)
         assert results[0][name]["expects_order"] == (world > 1)
     units = results[0]["default"]["units"]
     size = {u["name"]: u["size"] for u in units}
@@ -323,7 +321,7 @@ def diverge(rank, world, prefetch, catch, at=1):
 @pytest.mark.slow
 def test_control_flow_mismatch_is_a_clear_error_on_every_rank():
     start = time.monotonic()
-    # Step 1 checks each header before its collective; by step 3 the order repeats and headers travel with them.
+    # Step 1 exchanges a header before each collective; by step 3 the order repeats: one header at the end.
     for at in (1, 3):
         messages = zero_ref.launch(diverge, 2, 0, True, at, timeout=60)
         for msg in messages:  # the same diagnosis on both ranks

@@ -32,10 +32,10 @@ all-gather after each step); they are still partitioned for the optimizer.
 first releases the oldest units not in use, prefetching stops at it; a larger single unit still
 gathers. ``gather_log`` (None by default): set it to a list and every gather, prefetch and release
 appends a ``GatherEvent`` (kind, unit, gathered elements after it), the working set as a timeline.
-Different control flow on different ranks would mismatch collectives and hang: each collective on a
-unit carries a 16-byte header (unit, op), and all ranks raise the same error naming every rank's
-module if they differ (``path_check.PathCheck``: synchronous while a step's order is being learnt,
-sent with the collective once it repeats).
+Different control flow on different ranks would mismatch collectives and hang: the ranks compare
+headers (position, unit, op) and all raise the same error naming every rank's module if they differ
+(``path_check.PathCheck``: a header before each collective while a micro-step's order is being
+learnt; once it repeats, one header at each micro-step's end, and a rank that leaves the path says so there).
 
 Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per
 parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
@@ -176,8 +176,9 @@ class ZeroStage3(ZeroStage2):
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
                          offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
                          sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups)
-        self.path = PathCheck(self.group, self.world_size, self.units[0].unit.device, self._check_same_path,
-                              self._run_like)
+        self.path = PathCheck(self.group, self.world_size, self.units[0].unit.device, self._run_like,
+                              same=lambda a, b: (a[0], a[1] == REDUCE) == (b[0], b[1] == REDUCE),
+                              explain=self._different_paths)
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
@@ -285,13 +286,10 @@ class ZeroStage3(ZeroStage2):
             self.peak_live_numel = max(self.peak_live_numel, self.live_numel())
             self._log("prefetch" if op == PREFETCH else "gather", u)
         if u.unit.work is not None and op != PREFETCH:
-            self.path.settle(block=True)
             u.unit.wait()
 
     def release(self, u: UnitState) -> None:
         if u.unit.full is not None and not u.persistent:
-            if u.unit.work is not None:
-                self.path.settle(block=True)
             self._by_ptr.pop(u.unit.full.untyped_storage().data_ptr(), None)
             u.unit.release()
             self._log("release", u)
@@ -300,17 +298,16 @@ class ZeroStage3(ZeroStage2):
         if self.gather_log is not None:
             self.gather_log.append(GatherEvent(kind, u.name, self.live_numel()))
 
-    def _check_same_path(self, rows: list[tuple[int, int]]) -> None:
-        """Raise, naming every rank's module, unless the ranks' headers (unit, op) name the same collective."""
-        ranks: dict[tuple, list[int]] = {}  # (unit, op) -> the ranks about to run it
-        for r, row in enumerate(rows):
-            ranks.setdefault(row, []).append(r)
-        if len({(i, o == REDUCE) for i, o in ranks}) > 1:
-            said = [self._say(i, o, rs) for (i, o), rs in ranks.items()]
-            raise RuntimeError(f"ZeRO-3: the ranks took different paths through the model: {' while '.join(said)}. "
-                               "Every rank must call the same modules in the same order (a block skipped on one "
-                               "rank, an expert unused on one rank, generation stopping at different lengths all "
-                               "break this); otherwise their collectives would not match and training would hang.")
+    def _different_paths(self, did: list[tuple[int, int]]) -> str:
+        """The error when the ranks' collectives differ: ``did[r]`` is rank r's (unit, op) where they part."""
+        ranks: dict[tuple, list[int]] = {}
+        for r, key in enumerate(did):
+            ranks.setdefault(key, []).append(r)
+        said = " while ".join(self._say(i, o, rs) for (i, o), rs in ranks.items())
+        return (f"ZeRO-3: the ranks took different paths through the model: {said}. Every rank must call the "
+                "same modules in the same order (a block skipped on one rank, an expert unused on one rank, "
+                "generation stopping at different lengths all break this); otherwise their collectives would "
+                "not match and training would hang.")
 
     def _say(self, i: int, o: int, ranks: list[int]) -> str:
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
@@ -417,16 +414,6 @@ class ZeroStage3(ZeroStage2):
     def reduce_bucket(self, b: UnitState) -> None:
         self.path.announce((b.index, REDUCE))
         super().reduce_bucket(b)
-
-    def _async(self, work, callback=None) -> None:
-        if len(self._pending) >= self.MAX_IN_FLIGHT:  # (the base class waits on the oldest)
-            self.path.settle(block=True)
-        super()._async(work, callback)
-
-    def _wait_all(self) -> None:
-        if self._pending:
-            self.path.settle(block=True)
-        super()._wait_all()
 
     def end_backward(self, failed: bool = False) -> None:
         steady = not self._recording and self._trace is not None  # following a recorded order: it repeats
