@@ -27,7 +27,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
-	$(PY) -m pytest tests notebooks $(NBVAL) -m "not other_isa and not browser_full and not peers" -ra $(PYTEST_ARGS)
+	$(PY) -m pytest tests notebooks $(NBVAL) -m "not other_isa and not browser_full and not peers" -ra --durations=15 $(PYTEST_ARGS)
 
 # The comparisons that run DeepSpeed 0.19.8 itself beside zero_ref on CPU ranks (client scripts under torchrun,
 # the pipeline engine, the MoE layer, the batch arithmetic over a grid): minutes, so apart from make test; CI runs them.
