@@ -61,3 +61,89 @@ comm.all_reduce(full)
 return full
 ''',
 }
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # the gathered weight saved for backward: the right gradients, but every layer's full weight stays alive from
+    # its forward to its backward (the "nothing gathered after forward" check fails it)
+    {"5.3": '''
+def __init__(self, linear, rank, world_size):
+    super().__init__()
+    self.shapes = (linear.weight.shape, linear.bias.shape)
+    self.world_size = world_size
+    flat = torch.cat([linear.weight.detach().flatten(), linear.bias.detach().flatten()])
+    self.numel, s = flat.numel(), -(-flat.numel() // world_size)
+    flat = torch.nn.functional.pad(flat, (0, s * world_size - self.numel))
+    self.shard = torch.nn.Parameter(flat[rank * s:(rank + 1) * s].clone())
+
+def gather(self):
+    full = torch.empty(self.shard.numel() * self.world_size)
+    comm.all_gather(full, self.shard.detach())
+    n = self.shapes[0].numel()
+    return full[:n].view(self.shapes[0]), full[n:self.numel]
+
+class Gathered(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, shard, layer):
+        weight, bias = layer.gather()
+        ctx.save_for_backward(x, weight)
+        ctx.layer = layer
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x, weight), layer = ctx.saved_tensors, ctx.layer
+        flat_grad = torch.zeros(layer.shard.numel() * layer.world_size)
+        n = weight.numel()
+        flat_grad[:n] = (grad_out.T @ x).flatten()
+        flat_grad[n:layer.numel] = grad_out.sum(0)
+        grad_shard = torch.empty(layer.shard.numel())
+        comm.reduce_scatter(grad_shard, flat_grad)
+        return grad_out @ weight, grad_shard / layer.world_size, None
+
+def forward(self, x):
+    return self.Gathered.apply(x, self.shard, self)
+'''},
+    # the flat gradient all-reduced and a slice kept as the shard's gradient: the right values, but an
+    # all-reduce sends twice what a reduce-scatter does (the backward collectives check fails it)
+    {"5.3": '''
+def __init__(self, linear, rank, world_size):
+    super().__init__()
+    self.shapes = (linear.weight.shape, linear.bias.shape)
+    self.rank, self.world_size = rank, world_size
+    flat = torch.cat([linear.weight.detach().flatten(), linear.bias.detach().flatten()])
+    self.numel, s = flat.numel(), -(-flat.numel() // world_size)
+    flat = torch.nn.functional.pad(flat, (0, s * world_size - self.numel))
+    self.shard = torch.nn.Parameter(flat[rank * s:(rank + 1) * s].clone())
+
+def gather(self):
+    full = torch.empty(self.shard.numel() * self.world_size)
+    comm.all_gather(full, self.shard.detach())
+    n = self.shapes[0].numel()
+    return full[:n].view(self.shapes[0]), full[n:self.numel]
+
+class Gathered(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, shard, layer):
+        weight, bias = layer.gather()
+        ctx.save_for_backward(x)
+        ctx.layer = layer
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,), layer = ctx.saved_tensors, ctx.layer
+        weight, _ = layer.gather()
+        s = layer.shard.numel()
+        flat_grad = torch.zeros(s * layer.world_size)
+        n = weight.numel()
+        flat_grad[:n] = (grad_out.T @ x).flatten()
+        flat_grad[n:layer.numel] = grad_out.sum(0)
+        comm.all_reduce(flat_grad)
+        grad_shard = flat_grad[layer.rank * s:(layer.rank + 1) * s].clone() / layer.world_size
+        return grad_out @ weight, grad_shard, None
+
+def forward(self, x):
+    return self.Gathered.apply(x, self.shard, self)
+'''},
+]

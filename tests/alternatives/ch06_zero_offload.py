@@ -37,3 +37,50 @@ WRONG = {
 adam_step_(master, grad16.float(), exp_avg, exp_avg_sq, step, cfg)
 ''',
 }
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # the gradient all-reduced and sent to the host whole, the shard cut there: the right parameters, but each
+    # step moves 2·Ψ bytes down instead of 2·S (the bytes-per-step check fails it)
+    {"6.3": '''
+S = flat16.numel() // world_size
+mine = flat16[rank * S:(rank + 1) * S]
+master, exp_avg, exp_avg_sq = (link.host_zeros(S) for _ in range(3))
+master.copy_(mine)
+
+def step(grad16, t):
+    full = grad16.clone()
+    comm.all_reduce(full)
+    host = {}
+    link.to_host(full, lambda g: host.update(grad=g.float() / world_size))
+    link.poll(wait=True)
+    if delay:
+        link.to_device(mine, master)
+    adam_step_(master, host["grad"][rank * S:(rank + 1) * S], exp_avg, exp_avg_sq, t, cfg)
+    if not delay:
+        link.to_device(mine, master)
+    comm.all_gather(flat16, mine.clone())
+
+return step
+'''},
+    # the delay flag ignored: with DPU the step's result goes up at once, so the model never runs on weights one
+    # step old (the DPU run's parameters differ from the one-step-late reference)
+    {"6.3": '''
+S = flat16.numel() // world_size
+mine = flat16[rank * S:(rank + 1) * S]
+master, exp_avg, exp_avg_sq = (link.host_zeros(S) for _ in range(3))
+master.copy_(mine)
+
+def step(grad16, t):
+    shard = torch.empty(S, dtype=grad16.dtype)
+    comm.reduce_scatter(shard, grad16)
+    host = {}
+    link.to_host(shard, lambda g: host.update(grad=g.float() / world_size))
+    link.poll(wait=True)
+    adam_step_(master, host["grad"], exp_avg, exp_avg_sq, t, cfg)
+    link.to_device(mine, master)
+    comm.all_gather(flat16, mine.clone())
+
+return step
+'''},
+]

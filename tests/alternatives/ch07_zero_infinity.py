@@ -54,3 +54,71 @@ for i in range(len(read)):
 return out
 ''',
 }
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # the tiles fetched in forward kept in ctx for backward: the right values, one fetch per tile in all, but the
+    # whole weight stays alive from forward to backward (the "alive after forward" check fails it)
+    {"7.3": '''
+class Tiled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        ctx.tiles = {}
+        out = []
+        for i in range(len(store.rows)):
+            acc = None
+            for j, cols in enumerate(store.cols):
+                w = store.fetch(i, j)
+                ctx.tiles[i, j] = w
+                part = x[:, cols] @ w.T
+                acc = part if acc is None else acc + part
+            out.append(acc)
+        return torch.cat(out, 1)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, = ctx.saved_tensors
+        grad_x = torch.zeros_like(x)
+        for i, rows in enumerate(store.rows):
+            g = grad_out[:, rows]
+            for j, cols in enumerate(store.cols):
+                w = ctx.tiles[i, j]
+                grad_x[:, cols] += g @ w
+                store.add_grad(i, j, g.T @ x[:, cols])
+        return grad_x
+
+return Tiled.apply(x) + store.bias
+'''},
+    # no del: the name w still holds the previous tile while the next one is fetched, so two tiles are alive at
+    # once (the peak check fails it)
+    {"7.3": '''
+class Tiled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        out = []
+        for i in range(len(store.rows)):
+            acc = None
+            for j, cols in enumerate(store.cols):
+                w = store.fetch(i, j)
+                part = x[:, cols] @ w.T
+                acc = part if acc is None else acc + part
+            out.append(acc)
+        return torch.cat(out, 1)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, = ctx.saved_tensors
+        grad_x = torch.zeros_like(x)
+        for i, rows in enumerate(store.rows):
+            g = grad_out[:, rows]
+            for j, cols in enumerate(store.cols):
+                w = store.fetch(i, j)
+                grad_x[:, cols] += g @ w
+                store.add_grad(i, j, g.T @ x[:, cols])
+        return grad_x
+
+return Tiled.apply(x) + store.bias
+'''},
+]

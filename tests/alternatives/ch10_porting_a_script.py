@@ -47,3 +47,46 @@ def step(self):
         self.global_steps = self.global_steps + 1
     self.micro_steps = self.micro_steps + 1
 '''
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # the micro-batch losses not scaled by 1/GAS: the accumulated gradient is GAS times the mean; AdamW barely
+    # notices (nearly scale-free), SGD takes 3× the step (the one-process SGD check fails it)
+    {"10.4": '''
+def backward(self, loss):
+    loss.backward()
+    if self.is_gradient_accumulation_boundary():
+        world = comm.get_world_size(self.group)
+        for p in self.module.parameters():
+            if p.grad is not None:
+                comm.all_reduce(p.grad, group=self.group)
+                p.grad /= world
+    return loss
+
+def step(self):
+    if self.is_gradient_accumulation_boundary():
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        self.global_steps += 1
+    self.micro_steps += 1
+'''},
+    # the optimizer stepped on every micro-step (global_steps still counted at the boundary): GAS small steps on
+    # a third of the gradient each, not one step on the mean (both weight checks fail it)
+    {"10.4": '''
+def backward(self, loss):
+    (loss / self.gas).backward()
+    world = comm.get_world_size(self.group)
+    for p in self.module.parameters():
+        if p.grad is not None:
+            comm.all_reduce(p.grad, group=self.group)
+            p.grad /= world
+    return loss
+
+def step(self):
+    self.optimizer.step()
+    self.optimizer.zero_grad()
+    if self.is_gradient_accumulation_boundary():
+        self.global_steps += 1
+    self.micro_steps += 1
+'''},
+]

@@ -71,3 +71,35 @@ for p in params:
     offset += p.numel()
 return float(loss)
 '''
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # the targets counted before the shift: each row's first label, which no token predicts, counted too
+    # (rank 1's rows are mostly padding, so its share of the count is off most): shares and gradients fail
+    {"11.3": '''
+count = (labels != -100).sum().to(torch.float32)
+comm.all_reduce(count, group=group)
+logits = model(input_ids=ids).logits[:, :-1]
+share = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100,
+                        reduction="sum") / count
+world = comm.get_world_size(group)
+(share * world).backward()
+for p in model.parameters():
+    if p.grad is not None:
+        comm.all_reduce(p.grad, group=group)
+        p.grad /= world
+return share.item()
+'''},
+    # each rank's own mean loss, averaged over the ranks: a mean of means, which weighs rank 1's few targets as
+    # much as rank 0's many (shares and gradients fail)
+    {"11.3": '''
+loss = model(input_ids=ids, labels=labels).loss
+loss.backward()
+world = comm.get_world_size(group)
+for p in model.parameters():
+    if p.grad is not None:
+        comm.all_reduce(p.grad, group=group)
+        p.grad /= world
+return loss.item() / world
+'''},
+]

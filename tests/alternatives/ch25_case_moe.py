@@ -35,3 +35,21 @@ payload = 2 * moe_layers * num_experts * cap * d_model * element_size
 return payload, payload * (ep - 1) / ep
 ''',
 }
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # capacity ignored: every expert's chunk sized for all N tokens, none dropped; the tokens the reference drops
+    # get an output, and each all-to-all sends E·N·d·4 bytes instead of E·C·d·4 (output, dropped and bytes fail)
+    {"25.3": '''
+n, d = x.shape
+e = gate_weight.shape[0]
+p, choice = torch.softmax(x @ gate_weight.T, dim=-1).max(dim=-1)
+onehot = F.one_hot(choice, e)
+slot = ((onehot.cumsum(0) - 1) * onehot).sum(-1)
+rows = choice * n + slot
+buffer = x.new_zeros(e * n, d).index_copy(0, rows, x)
+out = all_to_all(expert(all_to_all(buffer, group)), group)
+y = out[rows] * p.unsqueeze(1)
+return y, 0
+'''},
+]

@@ -83,3 +83,23 @@ def to_sequence(x):
 return to_sequence(causal_attention(to_heads(q), to_heads(k), to_heads(v)))
 ''',
 }
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # no divisibility check: right on 4 heads, but 5 heads over cp ranks fail deep inside a reshape with a
+    # RuntimeError about a shape, not a ValueError naming heads and cp (the refusal check fails it)
+    {"26.4": '''
+cp = dist.get_world_size(group)
+s_local, b, heads, d = q.shape
+
+def to_heads(x):
+    chunks = x.reshape(s_local, b, cp, heads // cp, d).permute(2, 0, 1, 3, 4)
+    return all_to_all(chunks, group).reshape(cp * s_local, b, heads // cp, d)
+
+def to_sequence(x):
+    chunks = x.reshape(cp, s_local, b, heads // cp, d)
+    return all_to_all(chunks, group).permute(1, 2, 0, 3, 4).reshape(s_local, b, heads, d)
+
+return to_sequence(causal_attention(to_heads(q), to_heads(k), to_heads(v)))
+'''},
+]
