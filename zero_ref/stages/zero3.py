@@ -279,13 +279,13 @@ class ZeroStage3(ZeroStage2):
                         break
                     self.release(min(idle, key=lambda v: v.age))
             self.path.announce((u.index, op))
-            u.unit.gather(async_op=True)
+            u.unit.gather(async_op=op == PREFETCH)
             self._clock += 1
             u.age = self._clock
             self._by_ptr[u.unit.full.untyped_storage().data_ptr()] = u
             self.peak_live_numel = max(self.peak_live_numel, self.live_numel())
             self._log("prefetch" if op == PREFETCH else "gather", u)
-        if u.unit.work is not None and op != PREFETCH:
+        elif u.unit.work is not None and op != PREFETCH:
             u.unit.wait()
 
     def release(self, u: UnitState) -> None:
@@ -319,9 +319,9 @@ class ZeroStage3(ZeroStage2):
     def _run_like(self, key: tuple[int, int]):
         """The collective ``key`` names (what the other ranks run now), on scratch buffers."""
         u, op = self.units[key[0]].unit, key[1]
-        full, shard = u._empty(u.size), u._empty(u.layout.shard_numel)
+        full, shard = u._empty(u.size).zero_(), u._empty(u.layout.shard_numel).zero_()  # zeros, not stale memory
         if op == REDUCE:
-            return comm.reduce_scatter(shard, full.zero_(), group=self.group, async_op=True)
+            return comm.reduce_scatter(shard, full, group=self.group, async_op=True)
         return comm.all_gather(full, shard, group=self.group, async_op=True)
 
     # ---------------------------------------------------------------- trace and prefetch
