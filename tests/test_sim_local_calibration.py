@@ -13,8 +13,10 @@ tell apart on one configuration): ZeRO-2 −7 to −17 % and data parallelism +7
 measured so far. That accuracy is a measurement, reported by benchmarks/calibration.py and recorded
 in benchmarks/README.md, not a timed assertion. Asserted here: the fit reproduces its own
 configuration; the simulated compute counts the work exactly (twice the micro-batches or twice the
-micro-batch: twice the compute); and the predictions land within 45 % of the measured steps, which
-holds on every CPU measured and fails a simulator that drops the accumulation steps (−47 %).
+micro-batch: twice the compute), and the simulated step grows with it (at least 1.3× the fitted one,
+where a simulator that drops the accumulation steps gives 1.0×); and each prediction lands within a
+factor of 2 of its measured step. A tighter bound is the CPU's, not the simulator's: one CI machine
+measured data parallelism at +47 % on CPU time (+25 % wall clock) while its ZeRO-2 landed at +10 %.
 
 The alpha-beta model fitted on some message sizes must predict the others: a median error within
 35 % and none off by more than 3× (at load 10–14: median 10–22 %, worst 2.6×).
@@ -51,8 +53,9 @@ def test_fit_on_zero1_predicts_two_other_configurations(measured):
     for name in ("zero2 gas2", "zero0 mb8"):
         for key in ("flops", "elementwise_bytes"):  # twice the work
             assert work[name][key] / work["zero1"][key] == pytest.approx(2, rel=1e-9), (name, key)
-        assert abs(rows[name].error) < 0.45, f"{name}: simulated {rows[name].predicted:.3f} s vs measured " \
-                                             f"{rows[name].measured:.3f} s ({rows[name].error:+.1%})"
+        assert rows[name].predicted > 1.3 * rows["zero1"].predicted, (name, rows[name].predicted)
+        assert 0.5 < rows[name].predicted / rows[name].measured < 2, \
+            f"{name}: simulated {rows[name].predicted:.3f} s vs measured {rows[name].measured:.3f} s ({rows[name].error:+.1%})"
 
 
 def test_alpha_beta_predicts_held_out_sizes(measured):
