@@ -18,10 +18,12 @@ single-V100 baseline, 1.2B at 39 TFLOP/s; Llama 3's Table 4, 405B on 8,192 H100s
     h100            share of an H100's (and an H200's: the same die) peak its GEMMs reach
                     (efficiency_by_gpu). The A100's share makes Llama 3 405B 6 % too fast on
                     8,192 H100s; fitted, the held-out H100 rows (Llama 3 on 16,384 GPUs,
-                    Nemotron-4 15B on 768 to 2,304) are within 12 %. ``sim.Costs()`` carries the
-                    fitted value as its default (sim.cost.H100_EFFICIENCY), so a plain
-                    ``sim.simulate`` on H100s runs at it; the other four defaults of ``Costs`` are
-                    guesses, ``calibrate()`` returns them fitted.
+                    Nemotron-4 15B on 768 to 2,304) are within 12 %.
+
+``sim.Costs()`` carries all five fitted values as its defaults (sim.cost.EFFICIENCY, ...), so a
+plain ``sim.simulate(model, cluster, plan)`` runs at the simulator's best estimate, and
+``calibrate()`` refits them from the published rows (from any starting ``base``: the solve does
+not depend on where it starts; tests/test_sim_published.py starts it from round guesses).
 
 Each row fixes the constant it is the only row to depend on, so the fit is a solve, one row per
 constant; the rows of each family that are not among them are its held-out test (``validate``,

@@ -183,7 +183,11 @@ def test_an_uneven_layer_split_puts_the_short_stages_at_the_ends():
 
 @pytest.fixture(scope="module")
 def fitted():
-    return calibrate.fit()
+    """The fit from round guesses (A100 GEMMs at half of peak, links at 0.8, ZeRO-3 as fast as any
+    ring, one efficiency on every GPU): the solve must land on sim.Costs()'s defaults."""
+    guesses = sim.Costs(efficiency=0.5, nvlink_efficiency=0.8, ib_efficiency=0.8, zero3_efficiency=1.0,
+                        efficiency_by_gpu=())
+    return calibrate.fit(base=guesses)
 
 
 @pytest.fixture(scope="module")
@@ -233,13 +237,14 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
     # a V100's GEMMs (Megatron 2019) reach a smaller share of its peak than an A100's
     assert 0.3 < fitted.values["v100"] < 0.5 < fitted.values["efficiency"]
     # an H100's GEMMs reach a smaller share of its 989 TFLOP/s than an A100's of its 312, and the H200
-    # (same die) gets the same share; the default Costs() carries the fitted value
+    # (same die) gets the same share
     assert 0.55 < fitted.values["h100"] < 0.95 * fitted.values["efficiency"]
     by_gpu = dict(fitted.costs.efficiency_by_gpu)
     assert by_gpu["H100-80GB"] == by_gpu["H200-141GB"] == fitted.values["h100"]
-    assert dict(sim.Costs().efficiency_by_gpu) == {"H100-80GB": fitted.values["h100"],
-                                                   "H200-141GB": fitted.values["h100"]}
-    assert sim.cost.H100_EFFICIENCY == fitted.values["h100"]
+    # the defaults a plain sim.simulate runs at are this fit, to the 6 digits it keeps
+    assert sim.Costs() == fitted.costs == calibrate.calibrate()
+    assert (sim.cost.EFFICIENCY, sim.cost.LINK_EFFICIENCY, sim.cost.ZERO3_EFFICIENCY, sim.cost.V100_EFFICIENCY,
+            sim.cost.H100_EFFICIENCY) == tuple(fitted.values[p] for p in calibrate.PARAMS)
     # the layer's share of peak grows with its size through the element-wise kernels
     eff = [calibrate.effective_efficiency(n, fitted.costs) for n in
            ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "korthikanti-1T-seqsel")]
@@ -304,15 +309,15 @@ def test_the_a100_efficiency_does_not_fit_h100_runs(fitted):
     assert calibrate.param_value(sim.Costs(), "h100") < 0.95 * fitted.values["efficiency"]
 
 
-def test_a_plain_simulate_on_h100s_uses_the_fitted_efficiency():
-    """sim.simulate(model, cluster, plan) without costs runs at Costs()'s defaults: the H100's fitted
-    GEMM efficiency with guessed link efficiencies (0.8). Reached on the five H100 rows: −5.4, −4.6,
-    −2.9, −4.0, −12.6 % on time (MAPE 5.9 %); bounds rounded up."""
+def test_a_plain_simulate_runs_at_the_fitted_constants():
+    """sim.simulate(model, cluster, plan) without costs runs at Costs()'s defaults, which are the fit:
+    on the five H100 rows −0.0 (fitted on), +1.8, +11.9, +10.6, +0.7 % on time (MAPE 5.0 %); bounds
+    rounded up."""
     for run in pub.HOPPER:
         plain = sim.simulate(run.sim_model(), run.cluster(), run.plan(), granularity=calibrate.granularity(run))
         assert plain.step_time == calibrate.predict(run, sim.Costs())
     report = calibrate.validate(sim.Costs(), pub.HOPPER)
-    assert max(abs(r.time_error) for r in report.rows) <= 0.13 and report.mape_time <= 0.065
+    assert max(abs(r.time_error) for r in report.rows) <= 0.125 and report.mape_time <= 0.055
 
 
 def test_both_halves_of_the_zero3_fix_are_needed(fitted):
