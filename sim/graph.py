@@ -222,6 +222,10 @@ class _Lowering:
         lazy = self.z3 and not fwd and BACKWARD_GATHER == "on_demand"
         if self.z3:
             gathered[0] = self.gather(s, i, c, groups[0], ahead(0))
+        # Without overlap_comm, DeepSpeed's ZeRO-2/3 reduce each micro-step's gradients on the compute
+        # stream (stage_1_and_2.py, DeepSpeedZeroOptimizer.average_tensor: the current stream unless
+        # overlap_comm), so the next micro-step's first compute waits for the last reduction.
+        serial = g.last.get((s, "dp_comm")) if pl.zero_stage >= 2 and not pl.overlap_comm else None
         prev, buckets, bucket, pending = dep_node, [], 0.0, []
         for j, grp in enumerate(groups):
             if lazy and j > 0:
@@ -232,8 +236,8 @@ class _Lowering:
             # TP collectives block the compute stream (Megatron calls them synchronously inside the
             # layer), so an op's first group also waits for the previous op's last TP collective.
             blocking = g.last.get((s, "tp_comm")) if j == 0 and self.tp > 1 else None
-            comp = g.add("forward" if fwd else "backward", "compute", s, work[head], (prev, gathered[j], blocking),
-                         i, c, grp)
+            comp = g.add("forward" if fwd else "backward", "compute", s, work[head],
+                         (prev, gathered[j], blocking, serial if j == 0 else None), i, c, grp)
             comps.append(comp)
             if fwd:
                 g.mem(comp, "activation", act)
