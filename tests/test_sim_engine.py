@@ -87,6 +87,25 @@ def test_overlap_hides_gradient_reduction_behind_backward():
     assert on.step_time < off.step_time
 
 
+@pytest.mark.parametrize("zero", [2, 3])
+def test_without_overlap_a_micro_steps_reduction_holds_up_the_next_one(zero):
+    """DeepSpeed without overlap_comm reduces ZeRO-2/3 gradients on the compute stream
+    (stage_1_and_2.py, DeepSpeedZeroOptimizer.average_tensor): no micro-step's forward starts before
+    the previous micro-step's reduce-scatters end. With overlap_comm, ZeRO-2's run beside it."""
+    for overlap in (False, True):
+        r = run(dp=8, zero_stage=zero, num_microbatches=4, overlap_comm=overlap)
+        g = r.graph
+        kinds = [KINDS[k] for k in g.kind]
+        reduces = [i for i in range(len(g)) if kinds[i] == "grad_reduce"]
+        forwards = [i for i in range(len(g)) if kinds[i] == "forward"]
+        late = [(f, x) for x in reduces for f in forwards
+                if g.mb[f] == g.mb[x] + 1 and r.start[f] < r.end[x] - 1e-12]
+        if not overlap:
+            assert not late, (zero, late[:3])
+        elif zero == 2:  # (ZeRO-3's next gathers queue behind the reduce-scatters on their stream anyway)
+            assert late
+
+
 def test_gradient_clipping_makes_every_stage_wait_for_the_slowest():
     for clip in (1.0, 0.0):
         r = run(pp=4, dp=2, num_microbatches=8, gradient_clipping=clip)
