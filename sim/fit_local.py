@@ -24,11 +24,13 @@ CPU time the rank's process spends (default: the step's work, steady on a shared
 'wall', the fastest step's wall clock.
 
 The simulator's structure is that of a GPU step; how it differs from a CPU rank running zero_ref is
-stated, not tuned away: on a CPU rank a collective and the compute share the cores (the sim
-overlaps a ZeRO-2 reduce-scatter with the next micro-batch's forward and ZeRO-3's prefetched
-gathers with compute); gloo runs reduce_scatter as an all-reduce (its trace shows
-``gloo:all_reduce``), which the ring formula charges half; zero_ref's ZeRO-3 adds a 16-byte header
-all-gather before each unit collective and Python hooks per module.
+stated, not tuned away: on a CPU rank a collective and the compute share the cores (the plans here
+have overlap_comm off, so the sim keeps the reduce-scatters on the critical path, but it still
+overlaps ZeRO-3's prefetched gathers with compute); gloo runs reduce_scatter as an all-reduce (its
+trace shows ``gloo:all_reduce``), which the ring formula charges half; zero_ref's ZeRO-3 adds small
+header all-gathers that check every rank runs the same collectives (zero_ref.stages.path_check:
+before each one until a micro-step's order repeats, then one per micro-step) and Python hooks per
+module.
 
     import zero_ref.profiling.profile as zp, sim.fit_local as fl
     m = zp.measure({"zero1": zp.StepSpec(1, 4), "zero2 mb8": zp.StepSpec(2, 8)}, 2)
