@@ -51,116 +51,48 @@ return states + min(plan.pp, plan.num_microbatches) * model.layers * per_layer
 ''',
 }
 
+# The reference's answer; each mistake below changes one line of it.
+_PREDICT = '''
+def predict_peak(plan, cfg=CFG29, dp=2):
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    psi = sum(p.numel() for p in model.parameters())
+    stage = plan["stage"]
+    units = [sum(p.numel() for p in block.parameters()) for block in model.blocks]
+    states = model_state_bytes(psi, zero_stage=stage, dp=dp, precision="fp32").total
+    if stage == 3:
+        states += 4 * (psi - sum(n for n in units if n > PERSISTENCE)) * (dp - 1) / dp
+    idx, targets = make_batch(cfg, plan["micro_batch"], seed=0)
+    with saved_activation_bytes(model) as saved:
+        model(idx, targets)
+    activations = saved.total
+    transient = {2: 4 * psi, 3: 2 * 4 * max(units)}.get(stage, 0)
+    return {"states": states, "activations": activations, "transient": transient,
+            "total": states + activations + transient}
+
+
+def rank_plans(plans):
+    return sorted(plans, key=lambda name: predict_peak(plans[name])["total"])
+'''
+_PERSISTENT = """    if stage == 3:
+        states += 4 * (psi - sum(n for n in units if n > PERSISTENCE)) * (dp - 1) / dp
+"""
+
+
+def _changed(old: str, new: str) -> str:
+    assert _PREDICT.count(old) == 1, old
+    return _PREDICT.replace(old, new)
+
+
 MORE_WRONG = [
     # 29.3: ZeRO-3 taken for ZeRO-2: its parameters counted whole on every rank (fails the states check)
-    {"29.3": '''
-def predict_peak(plan, cfg=CFG29, dp=2):
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    psi = sum(p.numel() for p in model.parameters())
-    stage = plan["stage"]
-    units = [sum(p.numel() for p in block.parameters()) for block in model.blocks]
-    states = model_state_bytes(psi, zero_stage=min(stage, 2), dp=dp, precision="fp32").total
-    idx, targets = make_batch(cfg, plan["micro_batch"], seed=0)
-    with saved_activation_bytes(model) as saved:
-        model(idx, targets)
-    activations = saved.total
-    transient = {2: 4 * psi, 3: 2 * 4 * max(units)}.get(stage, 0)
-    return {"states": states, "activations": activations, "transient": transient,
-            "total": states + activations + transient}
-
-
-def rank_plans(plans):
-    return sorted(plans, key=lambda name: predict_peak(plans[name])["total"])
-'''},
+    {"29.3": _changed("zero_stage=stage,", "zero_stage=min(stage, 2),").replace(_PERSISTENT, "")},
     # 29.3: the persistence threshold forgotten: ZeRO-3's small units counted as sharded too (states 2.6 % under the held bytes)
-    {"29.3": '''
-def predict_peak(plan, cfg=CFG29, dp=2):
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    psi = sum(p.numel() for p in model.parameters())
-    stage = plan["stage"]
-    units = [sum(p.numel() for p in block.parameters()) for block in model.blocks]
-    states = model_state_bytes(psi, zero_stage=stage, dp=dp, precision="fp32").total
-    idx, targets = make_batch(cfg, plan["micro_batch"], seed=0)
-    with saved_activation_bytes(model) as saved:
-        model(idx, targets)
-    activations = saved.total
-    transient = {2: 4 * psi, 3: 2 * 4 * max(units)}.get(stage, 0)
-    return {"states": states, "activations": activations, "transient": transient,
-            "total": states + activations + transient}
-
-
-def rank_plans(plans):
-    return sorted(plans, key=lambda name: predict_peak(plans[name])["total"])
-'''},
+    {"29.3": _changed(_PERSISTENT, "")},
     # 29.3: every accumulation micro-batch's activations counted as in flight at once (above the measured peak)
-    {"29.3": '''
-def predict_peak(plan, cfg=CFG29, dp=2):
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    psi = sum(p.numel() for p in model.parameters())
-    stage = plan["stage"]
-    units = [sum(p.numel() for p in block.parameters()) for block in model.blocks]
-    states = model_state_bytes(psi, zero_stage=stage, dp=dp, precision="fp32").total
-    if stage == 3:
-        states += 4 * (psi - sum(n for n in units if n > PERSISTENCE)) * (dp - 1) / dp
-    idx, targets = make_batch(cfg, plan["micro_batch"], seed=0)
-    with saved_activation_bytes(model) as saved:
-        model(idx, targets)
-    activations = plan["gas"] * saved.total
-    transient = {2: 4 * psi, 3: 2 * 4 * max(units)}.get(stage, 0)
-    return {"states": states, "activations": activations, "transient": transient,
-            "total": states + activations + transient}
-
-
-def rank_plans(plans):
-    return sorted(plans, key=lambda name: predict_peak(plans[name])["total"])
-'''},
+    {"29.3": _changed("activations = saved.total", 'activations = plan["gas"] * saved.total')},
     # 29.3: the transient terms left out: states + activations only (ZeRO-2/3's peaks more than 1.2 x the prediction)
-    {"29.3": '''
-def predict_peak(plan, cfg=CFG29, dp=2):
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    psi = sum(p.numel() for p in model.parameters())
-    stage = plan["stage"]
-    units = [sum(p.numel() for p in block.parameters()) for block in model.blocks]
-    states = model_state_bytes(psi, zero_stage=stage, dp=dp, precision="fp32").total
-    if stage == 3:
-        states += 4 * (psi - sum(n for n in units if n > PERSISTENCE)) * (dp - 1) / dp
-    idx, targets = make_batch(cfg, plan["micro_batch"], seed=0)
-    with saved_activation_bytes(model) as saved:
-        model(idx, targets)
-    activations = saved.total
-    transient = 0
-    return {"states": states, "activations": activations, "transient": transient,
-            "total": states + activations + transient}
-
-
-def rank_plans(plans):
-    return sorted(plans, key=lambda name: predict_peak(plans[name])["total"])
-'''},
+    {"29.3": _changed("transient = {2: 4 * psi, 3: 2 * 4 * max(units)}.get(stage, 0)", "transient = 0")},
     # 29.3: ranked by stage: the highest ZeRO stage taken as the smallest
-    {"29.3": '''
-def predict_peak(plan, cfg=CFG29, dp=2):
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    psi = sum(p.numel() for p in model.parameters())
-    stage = plan["stage"]
-    units = [sum(p.numel() for p in block.parameters()) for block in model.blocks]
-    states = model_state_bytes(psi, zero_stage=stage, dp=dp, precision="fp32").total
-    if stage == 3:
-        states += 4 * (psi - sum(n for n in units if n > PERSISTENCE)) * (dp - 1) / dp
-    idx, targets = make_batch(cfg, plan["micro_batch"], seed=0)
-    with saved_activation_bytes(model) as saved:
-        model(idx, targets)
-    activations = saved.total
-    transient = {2: 4 * psi, 3: 2 * 4 * max(units)}.get(stage, 0)
-    return {"states": states, "activations": activations, "transient": transient,
-            "total": states + activations + transient}
-
-
-def rank_plans(plans):
-    return sorted(plans, key=lambda name: -plans[name]["stage"])
-'''},
+    {"29.3": _changed('key=lambda name: predict_peak(plans[name])["total"]', 'key=lambda name: -plans[name]["stage"]')},
 ]
