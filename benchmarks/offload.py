@@ -36,8 +36,10 @@ def make_stepper(name, stage, precision, model):
         from zero_ref.optim import AdamConfig
         from zero_ref.stages import STAGES
         off = {"device": "cpu"} if "offload" in name else None
+        # stage 3 at DeepSpeed's default stage3_max_reuse_distance, as the DeepSpeed peers run
+        extra = {"max_reuse_distance": int(1e9)} if stage == 3 else {}
         opt = STAGES[stage](model, adam=AdamConfig(lr=LR, weight_decay=0.0), precision=precision,
-                            offload_optimizer=off, cpu_adam="torch" if name.endswith("torch") else "numba")
+                            offload_optimizer=off, cpu_adam="torch" if name.endswith("torch") else "numba", **extra)
 
         def forward_backward(idx, tgt):
             _, loss = model(idx, tgt)

@@ -58,7 +58,8 @@ def make_stepper(name, model, world):
         from zero_ref.optim import AdamConfig
         from zero_ref.stages import STAGES
         # ZeRO-3 shards per transformer block, as the FSDP2 peer is wrapped (fully_shard per block).
-        extra = {"unit_modules": (Block,)} if name == "zero_ref3" else {}
+        # At DeepSpeed's default stage3_max_reuse_distance, as the DeepSpeed peer runs.
+        extra = {"unit_modules": (Block,), "max_reuse_distance": int(1e9)} if name == "zero_ref3" else {}
         opt = STAGES[int(name[-1])](model, adam=AdamConfig(lr=LR, weight_decay=0.0), **extra)
 
         def step(idx, tgt):

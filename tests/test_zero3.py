@@ -31,6 +31,8 @@ CONFIGS = {
     "persistent": dict(param_persistence_threshold=100),  # the LayerNorm units (48 elements) stay whole
     "gas2": dict(gradient_accumulation_steps=2),
     "per_block": dict(unit_modules=(Block,)),           # a block's whole subtree is one unit (FSDP-style)
+    "reuse": dict(max_reuse_distance=int(1e9)),         # DeepSpeed's default: gathered from forward to backward
+    "unbucketed": dict(reduce_bucket_size=1),           # one reduce-scatter per unit
 }
 
 
@@ -61,7 +63,8 @@ def run_configs(rank, world):
         layout = [dict(name=u.name, numel=u.numel, shard=u.layout.shard_numel, size=u.size, persistent=u.persistent,
                        trainable=u.params[0].requires_grad) for u in units]
         out[name] = dict(state=opt.state_dict(), records=records, memory=memory, units=layout,
-                         peak_live=opt.peak_live_numel, expects_order=opt.path.expected is not None)
+                         peak_live=opt.peak_live_numel, expects_order=opt.path.expected is not None,
+                         groups=len(opt.reduce_groups))
     model = build_model()
     out["stage2"] = dict(records=train(rank, world, model, ZeroStage2(model, adam=ADAM)))
     return out
@@ -90,11 +93,13 @@ def test_equals_single_process_adamw(runs):
         zs.assert_close_to_reference(res["gas2"]["state"], ref_gas2, atol=1e-5)  # GAS 2 = one 2×-sized batch
         assert len(res["per_block"]["units"]) < len(res["default"]["units"])
         zs.assert_close_to_reference(res["per_block"]["state"], ref, atol=1e-5)
-        for name in ("no_prefetch", "tiny_live", "persistent"):  # the knobs move bytes, never values
+        for name in ("no_prefetch", "tiny_live", "persistent", "reuse"):  # the knobs move bytes, never values
             assert zs.max_diff(res[name]["state"], state) == 0, name
+        zs.assert_close_to_reference(res["unbucketed"]["state"], ref, atol=1e-5)  # (other sums: other roundings)
     for res in results[1:]:  # every rank ends with the same full parameters
         assert all(zs.max_diff(results[0][n]["state"], res[n]["state"]) == 0 for n in CONFIGS)
     first = results[0]
+    assert first["reuse"]["peak_live"] == total(first["reuse"]["units"], "size", persistent=False)  # all at once
     assert first["tiny_live"]["peak_live"] == max(u["size"] for u in first["tiny_live"]["units"])  # one at a time
     assert first["no_prefetch"]["peak_live"] < first["default"]["peak_live"]
 
@@ -136,6 +141,7 @@ def test_communication_per_step(runs):
         after_step = total(units, "size", persistent=True, trainable=True)  # persistent units, updated
         assert step_bytes(records, "all_gather") == 4 * (forward + backward + after_step)
         assert step_bytes(records, "reduce_scatter") == 4 * total(units, "size", trainable=True)
+        assert sum(o == "reduce_scatter" for o, _, _ in records) == 1  # the toy model's units: one bucket
         assert step_bytes(records, "all_reduce", "float64") == 16  # the global norm and overflow flag
         # The same-path check: by the last step the order of the step before is expected, and the ranks exchange
         # one 24-byte header (position, unit, op) per rank at the micro-step's end (none on one rank).
@@ -143,6 +149,17 @@ def test_communication_per_step(runs):
         assert results[0][name]["expects_order"] == (world > 1)
     units = results[0]["default"]["units"]
     size = {u["name"]: u["size"] for u in units}
+    trainable = sum(u["trainable"] for u in units)
+    # max_reuse_distance 1e9: each unit is gathered once, in forward (tied head included); backward gathers none
+    reuse = results[0]["reuse"]["records"]
+    after_step = total(units, "size", persistent=True, trainable=True)
+    assert step_bytes(reuse, "all_gather") == 4 * (total(units, "size", persistent=False) + after_step)
+    # reduce_bucket_size 1: one reduce-scatter per trainable unit, the same bytes as the one bucket
+    unbucketed = results[0]["unbucketed"]
+    assert unbucketed["groups"] == trainable and results[0]["default"]["groups"] == 1
+    assert sum(o == "reduce_scatter" for o, _, _ in unbucketed["records"]) == trainable
+    assert step_bytes(unbucketed["records"], "reduce_scatter") == step_bytes(results[0]["default"]["records"],
+                                                                             "reduce_scatter")
     psi_t = total(units, "numel", trainable=True)
     data2 = step_bytes(results[0]["stage2"]["records"], "all_gather") + \
         step_bytes(results[0]["stage2"]["records"], "reduce_scatter")
@@ -431,6 +448,44 @@ def test_gather_log_is_the_working_set_as_a_timeline():
             assert live_numel == live
         assert {kind for kind, _, _ in res["log"]} == {"gather", "prefetch", "release"}
         assert max(n for _, _, n in res["log"]) == res["peak"]
+
+
+def run_reuse(rank, world, distance):
+    """The last step's gather log with prefetch off, so every use that finds its unit released gathers it."""
+    model = build_model()
+    opt = ZeroStage3(model, adam=ADAM, prefetch_bucket_size=0, max_reuse_distance=distance, **ALL_PARTITIONED)
+    for step in range(3):
+        opt.gather_log = [] if step == 2 else None
+        idx, targets = micro_batch(step, 0, rank, world, 1)
+        opt.backward(model(idx, targets)[1])
+        opt.step()
+    return dict(log=[(kind, unit) for kind, unit, _ in opt.gather_log], sizes={u.name: u.size for u in opt.units})
+
+
+@pytest.mark.slow
+def test_max_reuse_distance_keeps_a_unit_used_again_within_it():
+    """DeepSpeed's rule (partitioned_param_coordinator.py, ``__params_to_release``): after a use, a unit stays
+    gathered if the recorded order uses it again before ``max_reuse_distance`` elements of other uses. The uses
+    and the distances are read off a run with the knob off, where every use gathers."""
+    off = zero_ref.launch(run_reuse, 2, 0, timeout=120)[0]
+    uses = [unit for kind, unit in off["log"] if kind == "gather"]
+    sizes = off["sizes"]
+    distance = {}  # use index -> elements used between it and the unit's next use
+    for i, unit in enumerate(uses):
+        nxt = next((j for j in range(i + 1, len(uses)) if uses[j] == unit), None)
+        if nxt is not None:
+            distance[i] = sum(sizes[u] for u in uses[i + 1:nxt])
+    assert len(distance) >= 5 and len(set(distance.values())) >= 3  # forward, then backward, uses
+    limit = sorted(distance.values())[len(distance) // 2]  # keeps some units, not all
+    kept = {i for i, d in distance.items() if d < limit}
+    expected, last = [], {}  # a use gathers unless the unit's previous use kept it
+    for i, unit in enumerate(uses):
+        if last.get(unit) not in kept:
+            expected.append(unit)
+        last[unit] = i
+    for res in zero_ref.launch(run_reuse, 2, limit, timeout=120):
+        assert [unit for kind, unit in res["log"] if kind == "gather"] == expected
+        assert 0 < len(expected) < len(uses)
 
 
 class Attention(torch.nn.Module):

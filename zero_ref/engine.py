@@ -319,7 +319,8 @@ class Engine(nn.Module):
         if z.stage == 3:
             kw.update(prefetch_bucket_size=z.stage3_prefetch_bucket_size,
                       param_persistence_threshold=z.stage3_param_persistence_threshold,
-                      max_live_parameters=z.stage3_max_live_parameters)
+                      max_live_parameters=z.stage3_max_live_parameters,
+                      max_reuse_distance=z.stage3_max_reuse_distance)
         return kw
 
     def _scheduler(self, client):

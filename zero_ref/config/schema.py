@@ -153,8 +153,7 @@ class ZeroConfig:
     stage3_model_persistence_threshold: int = key(sys.maxsize, "cap on the persistent elements in all", ge=0,
                                                   noop="persistence is per unit, without a total cap")
     stage3_max_live_parameters: int = key(int(1e9), "gathered elements kept at most", ge=0)
-    stage3_max_reuse_distance: int = key(int(1e9), "keep a parameter gathered if reused within this many", ge=0,
-                                         noop="units are released after use and re-gathered")
+    stage3_max_reuse_distance: int = key(int(1e9), "keep a parameter gathered if reused within this many", ge=0)
     stage3_gather_16bit_weights_on_model_save: bool = key(False, "gather the 16-bit weights in save_16bit_model")
     stage3_module_granularity_threshold: int = key(0, "fetch fine-grained modules as one unit", ge=0,
                                                    noop="units are per module (or per unit_modules subtree)")

@@ -14,8 +14,10 @@ states per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the
   what autograd reads, when it reads it, whatever op made the view, and no saved view pins a full
   weight between forward and backward (with module backward hooks it would; DeepSpeed swaps in
   its own linear layer for that). A unit is released once all its handles are unpacked.
-- Gradients as in ZeRO-2 (this class extends it): a unit's gradients, once complete, are
-  reduce-scattered into this rank's gradient shard (accumulating over micro-steps) and freed.
+- Gradients as in ZeRO-2 (this class extends it): a unit's gradients, once complete, are copied
+  into its ``ReduceGroup``'s buffer and freed; units consecutive in backward's order, up to
+  ``reduce_bucket_size`` elements, share one reduce-scatter into each one's gradient shard
+  (accumulating over micro-steps), as DeepSpeed's stage 3 fills its bucket.
   The stage keeps one ``UnitState`` per unit (the unit, its ``Partition``, when it is in use) and
   runs ZeRO-2's ``on_grad_ready``, ``reduce_bucket``, ``grad_shards``, ``clear_grads`` and ``step``
   on those records; it replaces set-up (``_build``), ``publish_params`` and ``state_tensors``.
@@ -30,7 +32,11 @@ that order, up to this many elements (a changed order drops the trace; it is rec
 all-gather after each step); they are still partitioned for the optimizer.
 ``max_live_parameters`` — gathered elements (persistent units aside) stay under this: a gather
 first releases the oldest units not in use, prefetching stops at it; a larger single unit still
-gathers. ``gather_log`` (None by default): set it to a list and every gather, prefetch and release
+gathers. ``max_reuse_distance`` — after a use, a unit stays gathered if the recorded order uses it
+again within this many elements of other units' uses (DeepSpeed's rule, ``__params_to_release``).
+The class default 0 releases after every use (the schedule above); DeepSpeed's default, 1e9, which
+``zero_ref.initialize`` passes from the config, keeps every unit of a model under 1e9 elements gathered
+from its forward to its backward: Ψ gathered per step instead of 2Ψ, for the whole model's memory. ``gather_log`` (None by default): set it to a list and every gather, prefetch and release
 appends a ``GatherEvent`` (kind, unit, gathered elements after it), the working set as a timeline.
 Different control flow on different ranks would mismatch collectives and hang: the ranks compare
 headers (position, unit, op) and all raise the same error naming every rank's module if they differ
@@ -38,8 +44,9 @@ headers (position, unit, op) and all raise the same error naming every rank's mo
 learnt; once it repeats, one header at each micro-step's end, and a rank that leaves the path says so there).
 
 Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per
-parameter, plus ``model_persistence_threshold``); one reduce-scatter per unit
-(``reduce_bucket_size`` is unused); no ``max_reuse_distance``; ``max_live_parameters`` also evicts
+parameter, plus ``model_persistence_threshold``); a gradient bucket holds whole units; a prefetch is
+one all-gather per unit (DeepSpeed's ``all_gather_coalesced`` gathers a prefetch in one);
+``max_live_parameters`` also evicts
 on demand (DeepSpeed only caps prefetch with it); offload (``offload_optimizer``, ``offload_param``: CPU or
 NVMe) is in zero_ref/offload/; DeepSpeed compares the ranks' module order once, when the first
 step's trace is recorded (runtime/zero/partitioned_param_coordinator.py, ``reset_step``), and per collective
@@ -84,11 +91,13 @@ class UnitState:
         self.pending = 0           # saved-tensor handles not yet unpacked
         self.in_backward = False   # counted as a use of this backward already
         self.age = 0               # when it was last gathered (max_live_parameters evicts the oldest)
+        self.trace_pos: int | None = None  # where its current use is in the recorded order
         self.partition: Partition | None = None  # trainable units: what this rank's optimizer owns
         self.ready: set[int] = set()  # ZeRO-2's gradient path, as on a Bucket
         self.launched = False
         self.staging: torch.Tensor | None = None
         self.flat_grad = None
+        self.reduce_group: ReduceGroup | None = None  # trainable units: the collective its gradient goes in
 
     name = property(lambda self: self.unit.name)
     params = property(lambda self: self.unit.params)
@@ -125,6 +134,39 @@ class _Saved(NamedTuple):
     offset: int
 
 
+class ReduceGroup:
+    """Units whose gradients are reduce-scattered in one collective: consecutive in the order backward completes
+    them, at most ``reduce_bucket_size`` elements together (a larger unit alone), as DeepSpeed fills its
+    ``reduce_bucket_size`` bucket in stage 3. The buffer is (ranks × their shards end to end): row r holds every
+    unit's shard r, so one reduce-scatter hands rank r all of its shards."""
+
+    def __init__(self, units: list[UnitState], world_size: int):
+        self.units, self.world_size = units, world_size
+        self.offsets, self.shard_numel = [], 0  # each unit's shard within a row; a row's length
+        for u in units:
+            self.offsets.append(self.shard_numel)
+            self.shard_numel += u.layout.shard_numel
+        self.flat: torch.Tensor | None = None  # this backward's gradients, filled unit by unit
+        self.filled = 0
+
+    def put(self, u: UnitState, i: int, staging: torch.Tensor) -> torch.Tensor | None:
+        """Unit ``i`` of the group's staged gradients; the full buffer once the last is in, else None."""
+        if len(self.units) == 1:
+            return staging
+        if self.flat is None:
+            self.flat = staging.new_empty(self.world_size * self.shard_numel)
+        n = u.layout.shard_numel
+        self.flat.view(self.world_size, -1)[:, self.offsets[i]:self.offsets[i] + n].copy_(staging.view(self.world_size, n))
+        self.filled += 1
+        if self.filled < len(self.units):
+            return None
+        flat, self.flat, self.filled = self.flat, None, 0
+        return flat
+
+    def reset(self) -> None:
+        self.flat, self.filled = None, 0
+
+
 class _Parameters(dict):
     """``module._parameters`` under ZeRO-3: reading a released parameter while a forward runs gathers it."""
 
@@ -156,7 +198,7 @@ class ZeroStage3(ZeroStage2):
                  reduce_bucket_size: int = int(5e8), overlap_comm: bool = True, gradient_accumulation_steps: int = 1,
                  gradient_clipping: float = 0.0, loss_scaler=None, prefetch_bucket_size: int = int(5e7),
                  param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9),
-                 offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
+                 max_reuse_distance: int = 0, offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = (),
                  param_groups: list[dict] | None = None):
         # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
@@ -164,6 +206,7 @@ class ZeroStage3(ZeroStage2):
         # module's own parameters, as DeepSpeed partitions.
         self.unit_modules = tuple(unit_modules)
         self.prefetch_bucket_size, self.max_live = prefetch_bucket_size, max_live_parameters
+        self.max_reuse_distance = max_reuse_distance
         self.persistence_threshold = param_persistence_threshold
         self.peak_live_numel = 0  # most gathered elements at once (persistent units aside)
         self.gather_log: list[GatherEvent] | None = None  # set to a list to record every gather and release
@@ -220,6 +263,16 @@ class ZeroStage3(ZeroStage2):
                     masters[u.index] = u.unit.part.clone()  # fp32 master from the values before the cast
                 u.unit.part = u.unit.part.to(self.dtype)
             module.to(self.dtype)  # buffers; the parameters are empty here
+        self.reduce_groups, group = [], []
+        for b in buckets:  # launch order
+            if group and sum(u.size for u in group) + b.size > bucket_size:
+                self.reduce_groups.append(ReduceGroup(group, self.world_size))
+                group = []
+            group.append(b)
+        self.reduce_groups.append(ReduceGroup(group, self.world_size))
+        for g in self.reduce_groups:
+            for b in g.units:
+                b.reduce_group = g
         for b in buckets:
             self.init_bucket(b, masters)  # ZeRO-2's: the partition (master, Adam moments, gradient shard)
             b.unit.on_repartition.append(b.keep_master)
@@ -318,10 +371,13 @@ class ZeroStage3(ZeroStage2):
 
     def _run_like(self, key: tuple[int, int]):
         """The collective ``key`` names (what the other ranks run now), on scratch buffers."""
-        u, op = self.units[key[0]].unit, key[1]
-        full, shard = u._empty(u.size).zero_(), u._empty(u.layout.shard_numel).zero_()  # zeros, not stale memory
+        state, op = self.units[key[0]], key[1]
+        u = state.unit
         if op == REDUCE:
+            n = state.reduce_group.shard_numel
+            full, shard = u._empty(n * self.world_size).zero_(), u._empty(n).zero_()  # zeros, not stale memory
             return comm.reduce_scatter(shard, full, group=self.group, async_op=True)
+        full, shard = u._empty(u.size).zero_(), u._empty(u.layout.shard_numel).zero_()
         return comm.all_gather(full, shard, group=self.group, async_op=True)
 
     # ---------------------------------------------------------------- trace and prefetch
@@ -331,6 +387,7 @@ class ZeroStage3(ZeroStage2):
             self._trace.append(u)
         elif self._trace is not None:
             if self._pos < len(self._trace) and self._trace[self._pos] is u:
+                u.trace_pos = self._pos
                 self._pos += 1
                 budget = self.prefetch_bucket_size
                 for v in self._trace[self._pos:]:
@@ -341,6 +398,24 @@ class ZeroStage3(ZeroStage2):
                         budget -= v.size
             else:
                 self._trace = None  # the order changed: stop prefetching, record again next step
+
+    def reused_soon(self, u: UnitState) -> bool:
+        """Keep ``u`` gathered after this use? Yes if the recorded order uses it again before ``max_reuse_distance``
+        elements of units have been used (DeepSpeed's ``__params_to_release``, partitioned_param_coordinator.py)."""
+        if self.max_reuse_distance <= 0 or self._recording or self._trace is None or u.trace_pos is None:
+            return False
+        return self._reuse[u.trace_pos] < self.max_reuse_distance
+
+    def _reuse_distances(self) -> list[float]:
+        """For each use in the trace: elements of the uses between it and the same unit's next use (inf: none)."""
+        out, nxt, after = [float("inf")] * len(self._trace), {}, [0]
+        for i in range(len(self._trace) - 1, -1, -1):  # after[k]: elements from position len-k to the end
+            v = self._trace[i]
+            if v in nxt:
+                out[i] = after[-1] - nxt[v]
+            after.append(after[-1] + v.size)
+            nxt[v] = after[-1]
+        return out
 
     # ---------------------------------------------------------------- forward
     def pre_forward(self, mod: nn.Module, args) -> None:
@@ -360,7 +435,7 @@ class ZeroStage3(ZeroStage2):
             self._saved_hooks.__exit__(None, None, None)
             for u in self._module_units.get(mod, ()):
                 u.hold -= 1
-                if u.hold == 0:
+                if u.hold == 0 and not self.reused_soon(u):
                     self.release(u)
 
     def _external(self, p: nn.Parameter) -> None:
@@ -397,7 +472,8 @@ class ZeroStage3(ZeroStage2):
         u.pending -= 1
         if u.pending <= 0 and u.hold == 0:
             u.in_backward = False
-            self.release(u)  # autograd holds `t` (and so the memory) until this node is done
+            if not self.reused_soon(u):
+                self.release(u)  # autograd holds `t` (and so the memory) until this node is done
         return t
 
     def placeholder(self, p: nn.Parameter):
@@ -412,8 +488,25 @@ class ZeroStage3(ZeroStage2):
             param.data = b.flat_param.new_empty(0)  # drop the placeholder
 
     def reduce_bucket(self, b: UnitState) -> None:
-        self.path.announce((b.index, REDUCE))
-        super().reduce_bucket(b)
+        """Into its group's buffer; the group's reduce-scatter once its last unit is in (ZeRO-2's per bucket)."""
+        g = b.reduce_group
+        staging = b.staging if b.staging is not None else torch.zeros_like(b.flat_param)
+        b.staging = None
+        flat = g.put(b, g.units.index(b), staging)
+        if flat is None:
+            return
+        self.path.announce((g.units[0].index, REDUCE))
+        mine = flat[self.rank * g.shard_numel:(self.rank + 1) * g.shard_numel]
+        work = comm.reduce_scatter(mine, flat, group=self.group, async_op=self.overlap_comm)
+
+        def then():  # each unit's shard into its gradient partition (on the host under offload)
+            for u, off in zip(g.units, g.offsets):
+                piece = mine[off:off + u.layout.shard_numel]
+                if self.offload is not None:
+                    self.offload.add_grad(u.partition, piece)
+                else:
+                    u.partition.grad.add_(piece)
+        self._async(work, then)
 
     def end_backward(self, failed: bool = False) -> None:
         steady = not self._recording and self._trace is not None  # following a recorded order: it repeats
@@ -428,15 +521,19 @@ class ZeroStage3(ZeroStage2):
             self.path.end(keep=steady)
 
     def after_backward(self) -> None:
+        for g in self.reduce_groups:  # (a failed backward leaves a group half filled)
+            g.reset()
         for u in self.units:  # gathered but never unpacked (unused branch, unused prefetch)
             u.pending, u.in_backward = 0, False
             if u.hold == 0:
                 self.release(u)
         if self._trace is None:
             self._trace, self._recording = [], True
-        else:
-            self._recording = False
+        elif self._recording:
+            self._recording, self._reuse = False, self._reuse_distances()
         self._pos = 0
+        for u in self.units:
+            u.trace_pos = None
 
     # ---------------------------------------------------------------- step and state
     def state_tensors(self) -> dict[str, list[torch.Tensor]]:
