@@ -1,9 +1,11 @@
 """Step time and memory of zero_ref's ZeRO stages against their peers, measured in one run.
 
     python benchmarks/zero_stages.py [--ranks 2 4] [--steps 12] [--peers ddp zero1 fsdp2 fsdp2_noreshard deepspeed]
+                                     [--adam-kernels torch numba]
 
 Same model (the course GPT: 4 blocks, d 256, vocab 1024, seq 64 ≈ 3.4M parameters), same data,
-same AdamW, fp32, micro-batch 4 per rank, gloo on CPU, one intra-op thread per rank. Prints the
+same AdamW (zero_ref: torch's arithmetic, and "+numba" its fused kernel, as DeepSpeed's default FusedAdam
+is one), fp32, micro-batch 4 per rank, gloo on CPU, one intra-op thread per rank. Prints the
 median ms/step of each framework and its ratio to PyTorch DDP at the same rank count, and the
 model-state tensor bytes each rank holds after a step (sum of storage bytes, each counted once).
 Peers: PyTorch DDP, ZeroRedundancyOptimizer (ZeRO-1), FSDP2 fully_shard (ZeRO-3; with
@@ -58,9 +60,11 @@ def make_stepper(name, model, world):
         from zero_ref.optim import AdamConfig
         from zero_ref.stages import STAGES
         # ZeRO-3 shards per transformer block, as the FSDP2 peer is wrapped (fully_shard per block).
+        stage = int(name[len("zero_ref")])
         # At DeepSpeed's default stage3_max_reuse_distance, as the DeepSpeed peer runs.
-        extra = {"unit_modules": (Block,), "max_reuse_distance": int(1e9)} if name == "zero_ref3" else {}
-        opt = STAGES[int(name[-1])](model, adam=AdamConfig(lr=LR, weight_decay=0.0), **extra)
+        extra = {"unit_modules": (Block,), "max_reuse_distance": int(1e9)} if stage == 3 else {}
+        kernel = name.split("+")[1] if "+" in name else "torch"  # "zero_ref0+numba": the fused Adam kernel
+        opt = STAGES[stage](model, adam=AdamConfig(lr=LR, weight_decay=0.0), adam_kernel=kernel, **extra)
 
         def step(idx, tgt):
             _, loss = model(idx, tgt)
@@ -202,8 +206,12 @@ def main(argv=None):
     ap.add_argument("--peers", nargs="+",
                     default=["ddp", "zero1", "fsdp2_noreshard", "fsdp2", "deepspeed0", "deepspeed1", "deepspeed2",
                              "deepspeed3"])
+    ap.add_argument("--adam-kernels", nargs="+", default=["torch", "numba"], choices=["torch", "numba"],
+                    help="zero_ref's Adam step: torch's arithmetic, and/or the fused kernel DeepSpeed's FusedAdam "
+                         "corresponds to")
     args = ap.parse_args(argv)
-    names = ["zero_ref0", "zero_ref1", "zero_ref2", "zero_ref3"] + args.peers
+    names = [f"zero_ref{st}" + ("" if k == "torch" else f"+{k}") for k in args.adam_kernels for st in range(4)]
+    names += args.peers
     for world in args.ranks:
         rows = {}
         if args.memory:  # one framework per launch: each process's peak RSS is its own

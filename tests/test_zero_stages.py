@@ -181,6 +181,35 @@ def test_overlap_and_bucket_size_do_not_change_the_result():
     assert max_diff(runs[0][0], runs[1][0]) == 0 and max_diff(runs[0][0], runs[2][0]) == 0
 
 
+def kernel_run(rank, world, stage, kernel):
+    torch.set_num_threads(1)
+    model = build_model()
+    opt = STAGES[stage](model, adam=ADAM, adam_kernel=kernel)
+    for step in range(STEPS):
+        _, loss = model(*micro_batch(step, 0, rank, world, 1))
+        opt.backward(loss)
+        opt.step()
+    state = opt.state_dict() if stage == 3 else model.state_dict()
+    return {k: v.detach().clone() for k, v in state.items()}, torch.get_num_threads()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_the_fused_adam_kernel_steps_every_stage(stage):
+    """adam_kernel="numba" (one fused pass, as DeepSpeed's FusedAdam) trains as torch's arithmetic does, to the
+    kernel's rounding (its sqrt is IEEE, torch's vectorized one is not: tests/test_kernels.py); the rank's one
+    intra-op thread is left as it was."""
+    ref = reference_params(STEPS, 2, gas=1)
+    for state, threads in zero_ref.launch(kernel_run, 2, stage, "numba", timeout=120, echo=False):
+        assert threads == 1
+        assert_close_to_reference(state, ref, atol=1e-5)
+        assert 0 < max_diff(state, zero_ref.launch(kernel_run, 2, stage, "torch", timeout=120, echo=False)[0][0]) \
+            <= 1e-6  # not the torch path (it would be 0), and as close as the kernels are to it
+        break
+    with pytest.raises(ValueError, match="adam_kernel must be one of torch, numba, cuda, got 'fused'"):
+        STAGES[stage](build_model(), adam=ADAM, adam_kernel="fused")
+
+
 # ------------------------------------------------------------------ GPU (run on a lent device machine)
 
 def cuda_run(rank, world, stage):

@@ -14,32 +14,12 @@ import torch
 
 from zero_ref.config.schema import AioConfig, OffloadOptimizerConfig
 from zero_ref.offload.link import Link
-from zero_ref.optim import AdamConfig, adam_step_
+from zero_ref.optim import adam_steps_
 
 if TYPE_CHECKING:  # (the stages build partitions; this module only places their tensors)
     from zero_ref.stages.partition import Partition
 
 CPU_ADAM = ("numba", "torch")
-
-
-def _cpu_adam(params, grads, exp_avgs, exp_avg_sqs, step: int, cfg: AdamConfig, backend: str) -> None:
-    """One Adam(W) step on host tensors: the fused Numba kernel, or torch's ops (bit for bit the
-    non-offloaded step on a CPU run; the Numba kernel's IEEE sqrt differs from torch's in the last bit)."""
-    if backend == "torch":
-        for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
-            adam_step_(p, g, m, v, step, cfg)
-        return
-    import numba
-
-    from zero_ref.kernels import adam_step
-    threads = torch.get_num_threads()
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # the rank's share of the cores
-    try:
-        adam_step(params, grads, exp_avgs, exp_avg_sqs, step, cfg, backend="numba")
-    finally:
-        # Numba's OpenMP layer sets the process's OpenMP thread count, which is torch's too: restore it, or
-        # later torch reductions silently run on more threads (and add in another order).
-        torch.set_num_threads(threads)
 
 
 class OptimizerOffload:
@@ -133,7 +113,7 @@ class OptimizerOffload:
                 key = (cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay)
                 by_group.setdefault(key, [cfg, []])[1].append((p[start:end], g[start:end], m[start:end], v[start:end]))
             for cfg, spans in by_group.values():
-                _cpu_adam(*map(list, zip(*spans)), step, cfg, self.cpu_adam)
+                adam_steps_(*map(list, zip(*spans)), step, cfg, self.cpu_adam)
 
         if not self.nvme:
             for b, g in zip(opt.buckets, grads):

@@ -21,6 +21,10 @@ ZeRO-Offload and ZeRO-Infinity (``offload_optimizer``, ``offload_param``: DeepSp
 decide only where its tensors live, the host or NVMe: that code is in zero_ref/offload/, and the stages
 call it at the few places marked "offload".
 
+The Adam step on the partition is torch's arithmetic (``zero_ref.optim.adam_step_``: bit for bit
+``torch.optim.AdamW``) unless ``adam_kernel`` names a fused kernel: ``"numba"`` on CPU ranks, ``"cuda"`` on
+GPUs, one pass over the partition as DeepSpeed's default FusedAdam makes (``zero_ref.kernels``).
+
 The accumulation rule in one sentence (nanoGPT's ``require_backward_grad_sync``): gradients are
 reduced only in the backward of the last micro-step before a step, unless the stage keeps no full
 gradient to accumulate into (stages 2–3 reduce every micro-step).
@@ -52,7 +56,7 @@ import torch.nn as nn
 from zero_ref import comm, offload
 from zero_ref.stages.flat import FlatLayout
 from zero_ref.stages.partition import Partition
-from zero_ref.optim import AdamConfig, adam_step_
+from zero_ref.optim import KERNELS, AdamConfig, adam_steps_
 from zero_ref.precision import PRECISIONS as DTYPES
 
 
@@ -157,7 +161,8 @@ class ZeroOptimizerBase:
                  group=None, reduce_bucket_size: int = int(5e8), overlap_comm: bool = True,
                  gradient_accumulation_steps: int = 1, gradient_clipping: float = 0.0, loss_scaler=None,
                  offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
-                 sub_group_size: int = int(1e9), cpu_adam: str = "numba", param_groups: list[dict] | None = None):
+                 sub_group_size: int = int(1e9), cpu_adam: str = "numba", param_groups: list[dict] | None = None,
+                 adam_kernel: str = "torch"):
         if precision not in DTYPES:
             raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
         if not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1:
@@ -166,6 +171,8 @@ class ZeroOptimizerBase:
             raise ValueError(f"reduce_bucket_size must be >= 1, got {reduce_bucket_size}")
         if gradient_clipping < 0:
             raise ValueError(f"gradient_clipping must be >= 0, got {gradient_clipping}")
+        if adam_kernel not in KERNELS:
+            raise ValueError(f"adam_kernel must be one of {', '.join(KERNELS)}, got {adam_kernel!r}")
         if precision == "fp16" and loss_scaler is None:
             raise ValueError("precision='fp16' needs a loss_scaler (see zero_ref.precision)")
         self.module, self.group = module, group
@@ -176,6 +183,7 @@ class ZeroOptimizerBase:
         self.overlap_comm = overlap_comm
         self.gas = gradient_accumulation_steps
         self.clip = gradient_clipping
+        self.adam_kernel = adam_kernel  # the device step's (the host's, under offload_optimizer: cpu_adam)
         self.loss_scaler = loss_scaler
         self.micro_steps = 0   # backward calls so far
         self.adam_steps = 0  # Adam steps applied: the bias-correction step (an fp16-skipped step is not one;
@@ -419,8 +427,8 @@ class ZeroOptimizerBase:
             for b, g in zip(self.buckets, grads):
                 part = b.partition
                 for start, end, cfg in self.adam_runs(b):
-                    adam_step_(part.master[start:end], g[start:end], part.exp_avg[start:end],
-                               part.exp_avg_sq[start:end], self.adam_steps, cfg)
+                    adam_steps_([part.master[start:end]], [g[start:end]], [part.exp_avg[start:end]],
+                                [part.exp_avg_sq[start:end]], self.adam_steps, cfg, self.adam_kernel)
         self.publish_params()
         self.clear_grads()
         return True

@@ -200,7 +200,7 @@ class ZeroStage3(ZeroStage2):
                  param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9),
                  max_reuse_distance: int = 0, offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = (),
-                 param_groups: list[dict] | None = None):
+                 param_groups: list[dict] | None = None, adam_kernel: str = "torch"):
         # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
         # subtree, as FSDP's fully_shard per block does: fewer, larger collectives. Default: one unit per
         # module's own parameters, as DeepSpeed partitions.
@@ -218,7 +218,8 @@ class ZeroStage3(ZeroStage2):
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
                          offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
-                         sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups)
+                         sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups,
+                         adam_kernel=adam_kernel)
         self.path = PathCheck(self.group, self.world_size, self.units[0].unit.device, self._run_like,
                               same=lambda a, b: (a[0], a[1] == REDUCE) == (b[0], b[1] == REDUCE),
                               explain=self._different_paths)
