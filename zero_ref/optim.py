@@ -63,12 +63,13 @@ def adam_step_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, e
 KERNELS = ("torch", "numba", "cuda")  # what a stage's optimizer step can run on its partition
 
 
-def adam_steps_(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, step: int, cfg: AdamConfig,
-                kernel: str = "torch") -> None:
-    """``adam_step_`` on lists of tensors, with ``kernel``: ``"torch"``, the operations above (bit for bit
-    torch.optim.AdamW); ``"numba"``, zero_ref.kernels' fused CPU kernel, one pass as DeepSpeed's FusedAdam
-    and DeepSpeedCPUAdam make (its IEEE sqrt differs from torch's in the last bit of some elements);
+def adam_update_(params, grads, exp_avgs, exp_avg_sqs, step: int, cfg: AdamConfig, kernel: str = "torch") -> None:
+    """One Adam(W) step on a tensor each, or on lists of tensors, with ``kernel``: ``"torch"``, ``adam_step_``
+    (bit for bit torch.optim.AdamW); ``"numba"``, zero_ref.kernels' fused CPU kernel, one pass as DeepSpeed's
+    FusedAdam and DeepSpeedCPUAdam make (its IEEE sqrt differs from torch's in the last bit of some elements);
     ``"cuda"``, the CUDA extension's."""
+    if isinstance(params, torch.Tensor):
+        params, grads, exp_avgs, exp_avg_sqs = [params], [grads], [exp_avgs], [exp_avg_sqs]
     if kernel == "torch":
         for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
             adam_step_(p, g, m, v, step, cfg)

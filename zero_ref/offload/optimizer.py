@@ -14,7 +14,7 @@ import torch
 
 from zero_ref.config.schema import AioConfig, OffloadOptimizerConfig
 from zero_ref.offload.link import Link
-from zero_ref.optim import adam_steps_
+from zero_ref.optim import adam_update_
 
 if TYPE_CHECKING:  # (the stages build partitions; this module only places their tensors)
     from zero_ref.stages.partition import Partition
@@ -113,7 +113,7 @@ class OptimizerOffload:
                 key = (cfg.lr, cfg.betas, cfg.eps, cfg.weight_decay)
                 by_group.setdefault(key, [cfg, []])[1].append((p[start:end], g[start:end], m[start:end], v[start:end]))
             for cfg, spans in by_group.values():
-                adam_steps_(*map(list, zip(*spans)), step, cfg, self.cpu_adam)
+                adam_update_(*map(list, zip(*spans)), step, cfg, self.cpu_adam)
 
         if not self.nvme:
             for b, g in zip(opt.buckets, grads):

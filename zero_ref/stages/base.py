@@ -56,7 +56,7 @@ import torch.nn as nn
 from zero_ref import comm, offload
 from zero_ref.stages.flat import FlatLayout
 from zero_ref.stages.partition import Partition
-from zero_ref.optim import KERNELS, AdamConfig, adam_steps_
+from zero_ref.optim import KERNELS, AdamConfig, adam_update_
 from zero_ref.precision import PRECISIONS as DTYPES
 
 
@@ -427,8 +427,8 @@ class ZeroOptimizerBase:
             for b, g in zip(self.buckets, grads):
                 part = b.partition
                 for start, end, cfg in self.adam_runs(b):
-                    adam_steps_([part.master[start:end]], [g[start:end]], [part.exp_avg[start:end]],
-                                [part.exp_avg_sq[start:end]], self.adam_steps, cfg, self.adam_kernel)
+                    adam_update_(part.master[start:end], g[start:end], part.exp_avg[start:end],
+                                 part.exp_avg_sq[start:end], self.adam_steps, cfg, self.adam_kernel)
         self.publish_params()
         self.clear_grads()
         return True
