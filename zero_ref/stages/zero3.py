@@ -24,7 +24,8 @@ states per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the
   AccumulateGrad checks a gradient against the parameter's shape, so a released parameter gets a
   one-element placeholder of its full shape while it accumulates.
 
-Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ.
+Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ
+(with ``max_reuse_distance`` 0).
 Knobs (DeepSpeed's names): ``prefetch_bucket_size`` — the first micro-step records the order units
 are used in (forward and backward); later, each use starts async all-gathers of the next units in
 that order, up to this many elements (a changed order drops the trace; it is recorded again).
@@ -36,8 +37,9 @@ gathers. ``max_reuse_distance`` — after a use, a unit stays gathered if the re
 again within this many elements of other units' uses (DeepSpeed's rule, ``__params_to_release``).
 The class default 0 releases after every use (the schedule above); DeepSpeed's default, 1e9, which
 ``zero_ref.initialize`` passes from the config, keeps every unit of a model under 1e9 elements gathered
-from its forward to its backward: Ψ gathered per step instead of 2Ψ, for the whole model's memory. ``gather_log`` (None by default): set it to a list and every gather, prefetch and release
-appends a ``GatherEvent`` (kind, unit, gathered elements after it), the working set as a timeline.
+from its forward to its backward: Ψ gathered per step instead of 2Ψ, for the whole model's memory.
+``gather_log`` (None by default): set it to a list and every gather, prefetch and release appends a
+``GatherEvent`` (kind, unit, gathered elements after it), the working set as a timeline.
 Different control flow on different ranks would mismatch collectives and hang: the ranks compare
 headers (position, unit, op) and all raise the same error naming every rank's module if they differ
 (``path_check.PathCheck``: a header before each collective while a micro-step's order is being
@@ -46,11 +48,11 @@ learnt; once it repeats, one header at each micro-step's end, and a rank that le
 Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per
 parameter, plus ``model_persistence_threshold``); a gradient bucket holds whole units; a prefetch is
 one all-gather per unit (DeepSpeed's ``all_gather_coalesced`` gathers a prefetch in one);
-``max_live_parameters`` also evicts
-on demand (DeepSpeed only caps prefetch with it); offload (``offload_optimizer``, ``offload_param``: CPU or
-NVMe) is in zero_ref/offload/; DeepSpeed compares the ranks' module order once, when the first
-step's trace is recorded (runtime/zero/partitioned_param_coordinator.py, ``reset_step``), and per collective
-only under ``safe_mode`` / ``enable_sanity_checks`` (``assert_ints_same_as_other_ranks``); zero_ref checks every one.
+``max_live_parameters`` also evicts on demand (DeepSpeed only caps prefetch with it); offload
+(``offload_optimizer``, ``offload_param``: CPU or NVMe) is in zero_ref/offload/; DeepSpeed compares the
+ranks' module order once, when the first step's trace is recorded
+(runtime/zero/partitioned_param_coordinator.py, ``reset_step``), and per collective only under
+``safe_mode`` / ``enable_sanity_checks`` (``assert_ints_same_as_other_ranks``); zero_ref checks every one.
 
 *External* parameters: a forward that reads a parameter another module holds, without calling that
 module (``nn.MultiheadAttention`` reads ``self.out_proj.weight``; a head that multiplies by the embedding's
