@@ -82,6 +82,7 @@ def main():
         print(f"max |weights - single-process weights| = {diff:.2e}")
         ok = log.total_bytes() == expected and diff < 1e-5
         print("OK" if ok else "MISMATCH")
+    dist.barrier()  # leave together: gloo torn down on one rank while another still works can abort it
     dist.destroy_process_group()
 
 

@@ -160,6 +160,7 @@ def main():
             print(f"max |loss - single-process loss| = {dloss:.2e}")
             print(f"max |parameter - single-process parameter| over all ranks = {res['max_param_diff']:.2e}")
             print("OK" if dloss <= 1e-3 else "MISMATCH")
+    dist.barrier()  # leave together: gloo torn down on one rank while another still works can abort it
     dist.destroy_process_group()
 
 
