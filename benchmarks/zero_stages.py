@@ -1,7 +1,7 @@
 """Step time and memory of zero_ref's ZeRO stages against their peers, measured in one run.
 
     python benchmarks/zero_stages.py [--ranks 2 4] [--steps 12] [--peers ddp zero1 fsdp2 fsdp2_noreshard deepspeed]
-                                     [--adam-kernels torch numba]
+                                     [--adam-kernels torch numba] [--zero3 reduce_bucket_size=1e7 ...]
 
 Same model (the course GPT: 4 blocks, d 256, vocab 1024, seq 64 ≈ 3.4M parameters), same data,
 same AdamW (zero_ref: torch's arithmetic, and "+numba" its fused kernel, as DeepSpeed's default FusedAdam
@@ -50,7 +50,7 @@ class PeakRSS:
         return self.peak - self.baseline
 
 
-def make_stepper(name, model, world):
+def make_stepper(name, model, world, zero3=None):
     """(step(idx, targets), state_bytes()) for one framework wrapped around ``model``."""
     import torch
 
@@ -62,7 +62,7 @@ def make_stepper(name, model, world):
         # ZeRO-3 shards per transformer block, as the FSDP2 peer is wrapped (fully_shard per block).
         stage = int(name[len("zero_ref")])
         # At DeepSpeed's default stage3_max_reuse_distance, as the DeepSpeed peer runs.
-        extra = {"unit_modules": (Block,), "max_reuse_distance": int(1e9)} if stage == 3 else {}
+        extra = {"unit_modules": (Block,), "max_reuse_distance": int(1e9), **(zero3 or {})} if stage == 3 else {}
         kernel = name.split("+")[1] if "+" in name else "torch"  # "zero_ref0+numba": the fused Adam kernel
         opt = STAGES[stage](model, adam=AdamConfig(lr=LR, weight_decay=0.0), adam_kernel=kernel, **extra)
 
@@ -146,7 +146,7 @@ def make_stepper(name, model, world):
     return step, state
 
 
-def bench(rank, world, name, steps, warmup, big=False):
+def bench(rank, world, name, steps, warmup, big=False, zero3=None):
     """One framework per launch: step time and peak RSS above the pre-model baseline."""
     import time
 
@@ -160,7 +160,7 @@ def bench(rank, world, name, steps, warmup, big=False):
     dist.barrier()
     rss = PeakRSS()  # from before the model exists: construction, optimizer state and steps all count
     torch.manual_seed(0)
-    step, state = make_stepper(name, GPT(cfg), world)
+    step, state = make_stepper(name, GPT(cfg), world, zero3)
     times = []
     for idx, tgt in batches:
         dist.barrier()
@@ -171,7 +171,7 @@ def bench(rank, world, name, steps, warmup, big=False):
     return statistics.median(times[warmup:]) * 1e3, state(), peak
 
 
-def bench_interleaved(rank, world, names, steps, warmup):
+def bench_interleaved(rank, world, names, steps, warmup, zero3=None):
     """All frameworks in the same processes, their steps interleaved, so machine noise hits all alike."""
     import time
 
@@ -185,7 +185,7 @@ def bench_interleaved(rank, world, names, steps, warmup):
     steppers = {}
     for name in names:
         torch.manual_seed(0)
-        steppers[name] = make_stepper(name, GPT(cfg), world)
+        steppers[name] = make_stepper(name, GPT(cfg), world, zero3)
     times = {name: [] for name in names}
     for i, (idx, tgt) in enumerate(batches):
         for name in (names if i % 2 else names[::-1]):  # alternate the order too
@@ -209,7 +209,11 @@ def main(argv=None):
     ap.add_argument("--adam-kernels", nargs="+", default=["torch", "numba"], choices=["torch", "numba"],
                     help="zero_ref's Adam step: torch's arithmetic, and/or the fused kernel DeepSpeed's FusedAdam "
                          "corresponds to")
+    ap.add_argument("--zero3", nargs="*", default=[], metavar="KNOB=N",
+                    help="ZeroStage3 keywords for zero_ref's stage 3, e.g. reduce_bucket_size=1e7 max_reuse_distance=0 "
+                         "(default: DeepSpeed's defaults)")
     args = ap.parse_args(argv)
+    zero3 = {k: int(float(v)) for k, v in (kv.split("=", 1) for kv in args.zero3)}
     names = [f"zero_ref{st}" + ("" if k == "torch" else f"+{k}") for k in args.adam_kernels for st in range(4)]
     names += args.peers
     for world in args.ranks:
@@ -217,14 +221,16 @@ def main(argv=None):
         if args.memory:  # one framework per launch: each process's peak RSS is its own
             for name in names:
                 try:
-                    res = zero_ref.launch(bench, world, name, args.steps, args.warmup, True, timeout=900, echo=False)
+                    res = zero_ref.launch(bench, world, name, args.steps, args.warmup, True, zero3, timeout=900,
+                                          echo=False)
                     rows[name] = tuple(max(r[k] for r in res) if k else statistics.median(r[0] for r in res)
                                        for k in range(3))
                 except zero_ref.LaunchError as e:
                     rows[name] = None
                     print(f"{name}: failed: {str(e).splitlines()[0]}", file=sys.stderr)
         else:
-            res = zero_ref.launch(bench_interleaved, world, names, args.steps, args.warmup, timeout=1800, echo=False)
+            res = zero_ref.launch(bench_interleaved, world, names, args.steps, args.warmup, zero3, timeout=1800,
+                                  echo=False)
             for name in names:
                 rows[name] = (statistics.median(r[name][0] for r in res), max(r[name][1] for r in res), 0)
         base = rows.get("ddp")
