@@ -85,7 +85,8 @@ def main(argv=None) -> None:
         p = torch.nn.Parameter(start[0].clone())
         p.grad = start[1].clone()
         opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.0, **kw)
-        print(f"  torch.optim.AdamW({', '.join(f'{k}={v}' for k, v in kw.items())}) {median_ms(opt.step, args.repeats):7.2f} ms/step")
+        label = ", ".join(f"{k}={v}" for k, v in kw.items())
+        print(f"  torch.optim.AdamW({label}) {median_ms(opt.step, args.repeats):7.2f} ms/step")
 
 
 if __name__ == "__main__":

@@ -144,21 +144,21 @@ class ReduceGroup:
 
     def __init__(self, units: list[UnitState], world_size: int):
         self.units, self.world_size = units, world_size
-        self.offsets, self.shard_numel = [], 0  # each unit's shard within a row; a row's length
+        self.offsets, self.shard_numel = {}, 0  # each unit's shard within a row; a row's length
         for u in units:
-            self.offsets.append(self.shard_numel)
+            self.offsets[u] = self.shard_numel
             self.shard_numel += u.layout.shard_numel
         self.flat: torch.Tensor | None = None  # this backward's gradients, filled unit by unit
         self.filled = 0
 
-    def put(self, u: UnitState, i: int, staging: torch.Tensor) -> torch.Tensor | None:
-        """Unit ``i`` of the group's staged gradients; the full buffer once the last is in, else None."""
+    def put(self, u: UnitState, staging: torch.Tensor) -> torch.Tensor | None:
+        """Unit ``u``'s staged gradients; the group's full buffer once the last is in, else None."""
         if len(self.units) == 1:
             return staging
         if self.flat is None:
             self.flat = staging.new_empty(self.world_size * self.shard_numel)
-        n = u.layout.shard_numel
-        self.flat.view(self.world_size, -1)[:, self.offsets[i]:self.offsets[i] + n].copy_(staging.view(self.world_size, n))
+        start, n = self.offsets[u], u.layout.shard_numel
+        self.flat.view(self.world_size, -1)[:, start:start + n].copy_(staging.view(self.world_size, n))
         self.filled += 1
         if self.filled < len(self.units):
             return None
@@ -200,7 +200,8 @@ class ZeroStage3(ZeroStage2):
                  reduce_bucket_size: int = int(5e8), overlap_comm: bool = True, gradient_accumulation_steps: int = 1,
                  gradient_clipping: float = 0.0, loss_scaler=None, prefetch_bucket_size: int = int(5e7),
                  param_persistence_threshold: int = int(1e5), max_live_parameters: int = int(1e9),
-                 max_reuse_distance: int = 0, offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
+                 max_reuse_distance: int = 0, offload_optimizer: dict | None = None,
+                 offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = (),
                  param_groups: list[dict] | None = None, adam_kernel: str = "torch"):
         # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
@@ -266,12 +267,13 @@ class ZeroStage3(ZeroStage2):
                     masters[u.index] = u.unit.part.clone()  # fp32 master from the values before the cast
                 u.unit.part = u.unit.part.to(self.dtype)
             module.to(self.dtype)  # buffers; the parameters are empty here
-        self.reduce_groups, group = [], []
+        self.reduce_groups, group, size = [], [], 0
         for b in buckets:  # launch order
-            if group and sum(u.size for u in group) + b.size > bucket_size:
+            if group and size + b.size > bucket_size:
                 self.reduce_groups.append(ReduceGroup(group, self.world_size))
-                group = []
+                group, size = [], 0
             group.append(b)
+            size += b.size
         self.reduce_groups.append(ReduceGroup(group, self.world_size))
         for g in self.reduce_groups:
             for b in g.units:
@@ -411,13 +413,13 @@ class ZeroStage3(ZeroStage2):
 
     def _reuse_distances(self) -> list[float]:
         """For each use in the trace: elements of the uses between it and the same unit's next use (inf: none)."""
-        out, nxt, after = [float("inf")] * len(self._trace), {}, [0]
-        for i in range(len(self._trace) - 1, -1, -1):  # after[k]: elements from position len-k to the end
+        out, nxt, total = [float("inf")] * len(self._trace), {}, 0  # nxt[v]: elements from v's next use to the end
+        for i in range(len(self._trace) - 1, -1, -1):
             v = self._trace[i]
             if v in nxt:
-                out[i] = after[-1] - nxt[v]
-            after.append(after[-1] + v.size)
-            nxt[v] = after[-1]
+                out[i] = total - nxt[v]  # total: elements of the uses after i
+            total += v.size
+            nxt[v] = total
         return out
 
     # ---------------------------------------------------------------- forward
@@ -495,7 +497,7 @@ class ZeroStage3(ZeroStage2):
         g = b.reduce_group
         staging = b.staging if b.staging is not None else torch.zeros_like(b.flat_param)
         b.staging = None
-        flat = g.put(b, g.units.index(b), staging)
+        flat = g.put(b, staging)
         if flat is None:
             return
         self.path.announce((g.units[0].index, REDUCE))
@@ -503,7 +505,7 @@ class ZeroStage3(ZeroStage2):
         work = comm.reduce_scatter(mine, flat, group=self.group, async_op=self.overlap_comm)
 
         def then():  # each unit's shard into its gradient partition (on the host under offload)
-            for u, off in zip(g.units, g.offsets):
+            for u, off in g.offsets.items():
                 piece = mine[off:off + u.layout.shard_numel]
                 if self.offload is not None:
                     self.offload.add_grad(u.partition, piece)
