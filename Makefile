@@ -38,22 +38,22 @@ test-peers: setup
 # Run All, then each explorer's controls moved one at a time, every figure shown compared with the kernel's
 # own drawing of the same values. Screenshots: ZERO_LAB_SCREENSHOTS=folder; chapters at once: ZERO_LAB_BROWSER_JOBS.
 test-browser: setup
-	$(PY) -m pytest tests/test_browser.py -ra $(PYTEST_ARGS)
+	$(PY) -m pytest tests/notebooks/test_browser.py -ra $(PYTEST_ARGS)
 
 # The same checks on another instruction set: ATen's portable kernels instead of AVX2 / AVX-512, and MKL's
 # reproducible code path for matrix products. Results then differ from the native run in the last bits
-# (tests/test_portability.py shows that they do), so a stored output or a tolerance that holds only on the
+# (tests/zero_ref/test_portability.py shows that they do), so a stored output or a tolerance that holds only on the
 # CPU that recorded it fails here. Every notebook under strict nbval, the tests that compare numbers, and the
 # grading of each chapter's releases against the natively recorded outputs: the student release fails every
-# check, the alternative answers (tests/alternatives/) pass and the mistakes fail (make test checks the
+# check, the alternative answers (tests/notebooks/alternatives/) pass and the mistakes fail (make test checks the
 # notebooks' contract and runs them; the grading runs here only, one kernel per chapter).
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ZERO_LAB_PORTABLE=1
-NUMERICAL_TESTS := $(patsubst %,tests/test_%.py,portability zero_stages zero3 engine param_groups precision kernels offload \
+NUMERICAL_TESTS := $(patsubst %,tests/zero_ref/test_%.py,portability zero_stages zero3 engine param_groups precision kernels offload \
   flat_optim tensor_parallel pipeline moe compression hf)
 test-portable: setup
 	$(PORTABLE_ENV) $(PY) -m pytest $(NUMERICAL_TESTS) notebooks $(NBVAL) \
-	  tests/test_notebooks.py::test_student_release_fails_every_check \
-	  tests/test_notebooks.py::test_alternative_answers_pass_and_mistakes_fail -ra $(PYTEST_ARGS)
+	  tests/notebooks/test_notebooks.py::test_student_release_fails_every_check \
+	  tests/notebooks/test_notebooks.py::test_alternative_answers_pass_and_mistakes_fail -ra $(PYTEST_ARGS)
 
 test-fast: setup  ## everything except the notebooks and the slow multi-rank tests
 	$(PY) -m pytest tests -m "not slow" -ra $(PYTEST_ARGS)
@@ -87,7 +87,7 @@ CUDA_VENV ?= .venv-cuda
 CUDA_HOME ?= /usr/local/cuda
 TORCH_CUDA_ARCH_LIST ?= 9.0
 .PHONY: cuda-ext
-cuda-ext:  ## compile the fused Adam CUDA extension (then tests/test_kernels.py checks the build)
+cuda-ext:  ## compile the fused Adam CUDA extension (then tests/zero_ref/test_kernels.py checks the build)
 	@[ -x $(CUDA_VENV)/bin/python ] || { $(or $(PYTHON),$(shell command -v python3.11 || command -v python3)) -m venv $(CUDA_VENV) \
 	  && $(CUDA_VENV)/bin/python -m pip --disable-pip-version-check -q install torch==2.14.1 ninja; }
 	PATH=$(abspath $(CUDA_VENV))/bin:$$PATH CUDA_HOME=$(CUDA_HOME) TORCH_CUDA_ARCH_LIST="$(TORCH_CUDA_ARCH_LIST)" \

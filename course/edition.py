@@ -15,7 +15,7 @@ source it translates::
     ...
 
 When the English cell changes, its hash no longer matches: the translation is *stale*, and building
-the edition (and ``tests/test_edition.py``) fails and names the cell, so an edition never silently
+the edition (and ``tests/course/test_edition.py``) fails and names the cell, so an edition never silently
 drifts from the reference. A marker ending in ``· todo`` holds text still to be translated (``todo``
 writes the English there); it counts as missing.
 """

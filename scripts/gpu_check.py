@@ -347,7 +347,7 @@ EXT_SIZES = [[1, 7, 33, 1000], [(1 << 20) + 5], [16 << 20], [2] * 130 + [3 * 819
 QUICK_EXT_SIZES = [EXT_SIZES[0], EXT_SIZES[3]]  # odd sizes (the scalar tail) and the multi-tensor table
 EXT_STEPS = 10
 # The kernels form the denominator as fma(sqrt(v), 1/sqrt(bc2), eps), one division where torch has two:
-# the parameters differ from torch's in the last bits (tests/test_kernels.py's bound). The moments follow
+# the parameters differ from torch's in the last bits (tests/zero_ref/test_kernels.py's bound). The moments follow
 # torch's CPU operations bit for bit; torch's CUDA kernels may round them differently, so here they are
 # held to the same relative bound and their bit-equality is recorded, against both of torch's CUDA paths.
 EXT_REL_TOL = 1e-6
@@ -529,7 +529,7 @@ def part_adam_throughput(p: Part) -> None:
 
 STAGE_STEPS = 5
 # One rank against a reference on the same device adds in the same order (0 expected); N ranks average their
-# gradients in another order than the single-process batch mean (tests/test_zero_stages.py's CUDA bound).
+# gradients in another order than the single-process batch mean (tests/zero_ref/test_zero_stages.py's CUDA bound).
 STAGE_TOL = {1: 1e-5, "many": 1e-4}
 # Per-allocation rounding of the CUDA caching allocator (512 bytes), per tensor held.
 ALLOCATOR_ROUNDING = 512
@@ -540,13 +540,13 @@ def stage_model_config(cuda: bool):
 
     if cuda:  # ~17M parameters: 270 MB of fp32 model states, a few ms a step
         return GPTConfig(vocab_size=8192, seq_len=256, d_model=512, n_heads=8, n_layers=4)
-    return GPTConfig(vocab_size=97, seq_len=8, d_model=21, n_heads=3, n_layers=2)  # tests/zero_cases.py's
+    return GPTConfig(vocab_size=97, seq_len=8, d_model=21, n_heads=3, n_layers=2)  # tests/zero_ref/cases.py's
 
 
 def stage_adam():
     from zero_ref.optim import AdamConfig
 
-    # eps 1e-6 as in tests/zero_cases.py: with 1e-8 an element whose gradient is ~0 moves ±lr in a direction
+    # eps 1e-6 as in tests/zero_ref/cases.py: with 1e-8 an element whose gradient is ~0 moves ±lr in a direction
     # set by rounding noise, and two correct runs that add in different orders differ there by ~2·lr·steps.
     return AdamConfig(lr=1e-2, weight_decay=0.1, eps=1e-6)
 

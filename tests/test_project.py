@@ -3,14 +3,13 @@ import pkgutil
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import sim
 import zero_ref.config
 
 from course.syllabus import readme_table
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def test_readme_chapter_table_is_generated_from_the_syllabus():
