@@ -74,13 +74,13 @@ from statistics import fmean
 
 import numpy as np
 
+from sim.calibration.published import ALL, PublishedRun, get
 from sim.cost.cost_model import CostModel
 from sim.cost.costs import Costs
 from sim.cost.flops import layer_elementwise_bytes, layer_forward_flops
 from sim.cost.work import Compute
 from sim.step.list_schedule import list_schedule
 from sim.step.lowering import build_graph
-from sim.calibration.published import ALL, PublishedRun, get
 
 CALIBRATION = ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "narayanan-t2-zero3-174.6B-768",
                "shoeybi-1.2B-1gpu", "llama3-405B-8192")

@@ -43,15 +43,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.spec.hardware import GPU, Cluster
-from sim.spec.model import Model
+from sim.cost.collectives import all_gather, reduce_scatter, ring_all_reduce
 from sim.cost.costs import Costs
 from sim.cost.work import Adam, Collective, Compute
-from sim.cost.collectives import all_gather, reduce_scatter, ring_all_reduce
-from sim.step.simulate import SimResult, simulate
+from sim.spec.hardware import GPU, Cluster
+from sim.spec.model import Model
+from sim.spec.plan import Plan
 from sim.step.graph import KINDS, STREAMS
 from sim.step.lowering import build_graph
-from sim.spec.plan import Plan
+from sim.step.simulate import SimResult, simulate
 
 GiB = 2**30
 

@@ -9,15 +9,16 @@ the FLOPs formula the papers divide the time by to get their TFLOP/s (Megatron-L
 Megatron-DeepSpeed, DeepSpeed's examples and BigScience log with as well).
 
 The rows themselves live in sim.calibration.published (Megatron-LM's papers, MT-NLG, BLOOM),
-sim.calibration.published_deepspeed (ZeRO's papers) and sim.calibration.published_hopper (H100 runs: Llama 3, Nemotron-4).
+sim.calibration.published_deepspeed (ZeRO's papers) and sim.calibration.published_hopper (H100 runs: Llama 3,
+Nemotron-4).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sim.cost.flops import model_flops_per_step
 from sim.spec.hardware import Cluster
 from sim.spec.model import Model
-from sim.cost.flops import model_flops_per_step
 from sim.spec.plan import Plan
 
 SEQ, VOCAB = 2048, 51200

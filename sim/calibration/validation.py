@@ -17,8 +17,8 @@ from __future__ import annotations
 from statistics import fmean
 
 from sim.calibration import calibrate
-from sim.step import lowering
 from sim.calibration.published import FAMILIES, get
+from sim.step import lowering
 
 
 def family_mape(validation, family: str) -> float:

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.cost.collectives import point_to_point, reduce_scatter
 from sim.cost.cost_model import CostModel, link_terms
 from sim.cost.costs import Costs
 from sim.cost.flops import attention_core_flops
-from sim.cost.collectives import point_to_point, reduce_scatter
 from sim.spec.topology import Link, group_link
 from zero_ref.memory import activation_bytes_per_layer
 from zero_ref.parallel.context import check_ulysses, check_zigzag, ring_bytes, ulysses_bytes

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.spec.checks import positive_int, positive_number
+from sim.cost.collectives import reduce_scatter, ring_all_reduce
 from sim.cost.cost_model import CostModel, link_terms
 from sim.cost.costs import Costs
-from sim.cost.collectives import reduce_scatter, ring_all_reduce
+from sim.spec.checks import positive_int, positive_number
 from sim.spec.topology import Link, group_link
 from zero_ref.memory import model_state_bytes, recipe
 from zero_ref.parallel.capacity import capacity, dispatch_bytes

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.planning.bounds import memory_lower_bound
+from sim.planning.search import granularity_for
 from sim.spec.hardware import Cluster
 from sim.spec.model import Model
-from sim.step.simulate import simulate as run_simulation
 from sim.spec.plan import Plan
-from sim.planning.search import granularity_for
+from sim.step.simulate import simulate as run_simulation
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from sim.planning import advice, search
 from sim.calibration.calibrate import calibrate
+from sim.planning import advice, search
 from sim.spec.hardware import GPUS
 from sim.spec.model import MODELS, Model
 from sim.step.simulate import simulate

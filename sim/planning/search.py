@@ -34,12 +34,12 @@ import itertools
 import time
 from dataclasses import dataclass, field, replace
 
+from sim.cost.cost_model import CostModel
 from sim.planning.bounds import memory_lower_bound, time_lower_bound
 from sim.spec.hardware import Cluster
 from sim.spec.model import Model
-from sim.cost.cost_model import CostModel
-from sim.step.simulate import simulate
 from sim.spec.plan import Plan
+from sim.step.simulate import simulate
 
 GiB = 2**30
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "nvme"))
@@ -208,7 +208,7 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
 
 def granularity_for(model: Model, plan: Plan, node_budget: int = NODE_BUDGET) -> int:
     """Layers per graph node: the finest split of a model chunk whose graph stays within ``node_budget``
-    nodes (sim.step.graph's 'auto' rule with a smaller budget, so a search can afford many plans)."""
+    nodes (sim.step.lowering's 'auto' rule with a smaller budget, so a search can afford many plans)."""
     per_chunk = model.layers // (plan.pp * plan.virtual)
     z3 = plan.zero_stage == 3 and (plan.dp > 1 or plan.offload_param != "none")
     ops, per_group = 2 * plan.pp * plan.virtual * plan.num_microbatches, 2 + (plan.tp > 1) + 3 * z3

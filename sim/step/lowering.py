@@ -24,6 +24,7 @@ layer's backward pass starts", queued behind reduce-scatters on one NCCL stream)
 what Narayanan et al.'s ZeRO-3 times show (sim.calibration). ``BACKWARD_GATHER`` switches it.
 
 Parameters are spread evenly over the layers (Ψ/L each, embeddings included), as zero_ref.memory
+splits Ψ evenly over tp·pp; the output head's FLOPs (2bshV) run on the last stage when ``head``.
 """
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ class _Lowering:
                                max(n // k for n, k in zip(self.chunk_layers, self.group_layers)),
                                chunk_layers=self.chunk_layers, group_sizes=self.group_layers)
         r = recipe(plan.precision)
-        self.optim_bytes, self.param_bytes, self.grad_bytes = r.K, r.bytes_per_param("params"), r.bytes_per_param("grads")
+        self.optim_bytes = r.K  # optimizer-state bytes per parameter
+        self.param_bytes, self.grad_bytes = r.bytes_per_param("params"), r.bytes_per_param("grads")
         self.width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
         b, sp, rc, att = plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.attention
         self.layer_fwd_flops = layer_forward_flops(model, b) / tp
@@ -259,7 +261,8 @@ class _Lowering:
         g, pl, node = self.graph, self.plan, after
         if self.dp > 1:
             op = "all_reduce" if pl.zero_stage == 0 else "reduce_scatter"
-            node = g.add("grad_reduce", "dp_comm", s, Collective(op, params * self.grad_bytes, "dp"), (after,), i, c, grp)
+            work = Collective(op, params * self.grad_bytes, "dp")
+            node = g.add("grad_reduce", "dp_comm", s, work, (after,), i, c, grp)
             freed = -len(waiting) * self.layer_params * self.group_layers[c * self.stages + s] * self.grad_bytes
             g.mem(node, "comm_bucket", freed, at_end=True)
         if pl.offload_optimizer != "none":

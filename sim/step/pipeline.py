@@ -12,7 +12,7 @@ each chunk's forward/backward takes t_f/v, t_b/v.
 
 The orders are written as explicit phases with counts computed up front (``warmup_count``,
 ``stage_order``: warm-up, steady 1F1B, cool-down); ``schedule_order`` merges the stages' orders
-into one topological order, which the simulator's task graph (sim.step.graph) is built in.
+into one topological order, which the simulator's task graph (sim.step.lowering) is built in.
 """
 from __future__ import annotations
 

@@ -13,19 +13,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.spec.hardware import Cluster
-from sim.spec.model import Model
 from sim.cost.cost_model import CostModel
 from sim.cost.costs import Costs
 from sim.cost.flops import model_flops_per_step
 from sim.cost.work import Compute
+from sim.spec.hardware import Cluster
+from sim.spec.model import Model
+from sim.spec.plan import Plan
 from sim.step.event_schedule import Contention, event_schedule
 from sim.step.graph import KINDS, STREAMS, TaskGraph, node_name
+from sim.step.idle import CAUSE_LABELS, CAUSES, idle_by_cause
 from sim.step.list_schedule import list_schedule
 from sim.step.lowering import build_graph
-from sim.step.idle import CAUSE_LABELS, CAUSES, idle_by_cause
 from sim.step.memory_timeline import MemoryTimeline, memory_timeline, static_bytes
-from sim.spec.plan import Plan
 
 
 class Event(NamedTuple):

@@ -19,8 +19,8 @@ import numpy as np
 
 from sim.cost.cost_model import CostModel
 from sim.cost.work import Collective, Copy
-from sim.step.graph import KINDS, STREAMS, TIERS, node_name
 from sim.spec.topology import group_ranks, rank_of
+from sim.step.graph import KINDS, STREAMS, TIERS, node_name
 
 TIER_LABEL = {"gpu": "HBM", "cpu": "host", "nvme": "NVMe"}
 _COLLECTIVE = {"all_reduce": ("AllReduce", "allreduce"), "reduce_scatter": ("ReduceScatter", "reduce_scatter"),
