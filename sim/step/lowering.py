@@ -182,6 +182,13 @@ class _Lowering:
         (n − 2)-th has ended, i.e. while the (n − 1)-th runs — across op boundaries too."""
         return (self.computes[s][n - 2],) if n >= 2 else ()
 
+    def gather_next(self, s, i, c, groups, j, gathered, on_demand: bool, n0: int) -> None:
+        """ZeRO-3, before group j's compute: its own gather when on demand, else the next group's."""
+        if on_demand and j > 0:
+            gathered[j] = self.gather(s, i, c, groups[j], (self.computes[s][-1],))
+        if not on_demand and j + 1 < len(groups):
+            gathered[j + 1] = self.gather(s, i, c, groups[j + 1], self.prefetch_after(s, n0 + j + 1))
+
     def op(self, s, kind, i, c, dep_node) -> int:
         """One forward or backward of micro-batch i, chunk c on stage s; returns its output node."""
         g, pl, fwd = self.graph, self.plan, kind == "F"
@@ -192,8 +199,7 @@ class _Lowering:
         last_vs = vs == self.stages * self.virtual - 1
         groups = list(range(n_groups)) if fwd else list(reversed(range(n_groups)))
         reduce_now = pl.zero_stage >= 2 or (not fwd and self.last_b[(s, c)] == i)
-        comps = self.computes[s]  # this stage's compute nodes so far, in stream order
-        n0 = len(comps)
+        n0 = len(self.computes[s])  # this stage's compute nodes so far, in stream order
         gathered = [None] * n_groups
         on_demand = self.gathers_params and not fwd and BACKWARD_GATHER == "on_demand"
         if self.gathers_params:
@@ -204,10 +210,8 @@ class _Lowering:
         serial = g.last.get((s, "dp_comm")) if pl.zero_stage >= 2 and not pl.overlap_comm else None
         prev, buckets = dep_node, _Buckets()
         for j, grp in enumerate(groups):
-            if on_demand and j > 0:
-                gathered[j] = self.gather(s, i, c, grp, (comps[-1],))
-            if self.gathers_params and not on_demand and j + 1 < n_groups:
-                gathered[j + 1] = self.gather(s, i, c, groups[j + 1], self.prefetch_after(s, n0 + j + 1))
+            if self.gathers_params:
+                self.gather_next(s, i, c, groups, j, gathered, on_demand, n0)
             # TP collectives block the compute stream (Megatron calls them synchronously inside the
             # layer), so an op's first group also waits for the previous op's last TP collective.
             blocking = g.last.get((s, "tp_comm")) if j == 0 and self.tp > 1 else None
