@@ -1,1 +1,1 @@
-"""Choosing a plan: the auto-tuner, the ZeRO / offload ladder, and ``python -m sim plan``."""
+"""Choosing a plan: lower bounds, the auto-tuner, the ZeRO / offload ladder, and ``python -m sim plan``."""
