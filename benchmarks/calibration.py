@@ -4,7 +4,7 @@
 
 Each repeat is one launch of 2 gloo ranks (one thread each) that measures the machine (GEMM rate,
 memory bandwidth, the collective sweep) and times six configurations of the course GPT (3.44M
-parameters, fp32) interleaved step by step. ``sim.fit_local`` fits its constants on ZeRO-1 at
+parameters, fp32) interleaved step by step. ``sim.calibration.fit_local`` fits its constants on ZeRO-1 at
 micro-batch 4 alone and simulates every configuration; printed per clock (the step's CPU time, the
 fastest step's wall clock): measured ms, simulated ms, error. ``--world3`` adds a launch of 3 ranks
 (more ranks than this machine's 2 cores) predicted from the 2-rank fit.
@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import sim.fit_local as fl  # noqa: E402
+import sim.calibration.fit_local as fl  # noqa: E402
 from zero_ref.profiling.profile import StepSpec, measure  # noqa: E402
 
 SPECS = {"zero1": StepSpec(1, 4), "zero2 gas2": StepSpec(2, 4, gas=2), "zero0 mb8": StepSpec(0, 8),

@@ -9,7 +9,7 @@ Prints, best of ``--repeat``:
       identity: with free communication the same graph takes (m + p − 1)(t_F + t_B);
   (b) nodes per second of each engine on the same graph against a SimPy formulation of it (one
       process per stream, waiting on its dependencies' events: the same times, checked ==);
-  (c) explorer updates (sim.widgets: set a control, re-simulate, redraw, encode the PNG) at course
+  (c) explorer updates (sim.views.widgets: set a control, re-simulate, redraw, encode the PNG) at course
       sizes, wall and CPU time (CPU time is what a loaded machine inflates least); target < 100 ms.
 SimPy is a peer measured here only (pip install simpy==4.1.2); sim never imports it.
 """
@@ -21,12 +21,13 @@ import time
 import numpy as np
 
 import sim
-from sim.cost import CostModel, layer_forward_flops
-from sim.engine import list_schedule
-from sim.events import Contention, event_schedule
-from sim.graph import build_graph
-from sim.idle import idle_by_cause
-from sim.memory_timeline import memory_timeline, static_bytes
+from sim.cost.cost_model import CostModel
+from sim.cost.flops import layer_forward_flops
+from sim.step.event_schedule import Contention, event_schedule
+from sim.step.idle import idle_by_cause
+from sim.step.list_schedule import list_schedule
+from sim.step.lowering import build_graph
+from sim.step.memory_timeline import memory_timeline, static_bytes
 
 
 def best(fn, repeat, clock=time.perf_counter):
@@ -107,10 +108,11 @@ def peers(args, graph, durations, list_times):
     n = len(graph)
     t_list, _ = best(lambda: list_schedule(graph, durations), args.repeat)
     t_ev, ev = best(lambda: event_schedule(graph, durations), args.repeat)
-    shared = Contention((sim.events.SharedLink("ib", ("dp_comm", "pp_comm")),))
+    shared = Contention((sim.step.event_schedule.SharedLink("ib", ("dp_comm", "pp_comm")),))
     t_sh, _ = best(lambda: event_schedule(graph, durations, shared), args.repeat)
-    rows = [("list scheduling (sim.engine)", t_list), ("event heap, no contention (sim.events)", t_ev),
-            ("event heap, shared NIC (sim.events)", t_sh)]
+    rows = [("list scheduling (sim.step.list_schedule)", t_list),
+            ("event heap, no contention (sim.step.event_schedule)", t_ev),
+            ("event heap, shared NIC (sim.step.event_schedule)", t_sh)]
     try:
         import simpy
         t_simpy, sp = best(lambda: simpy_schedule(graph, durations), args.simpy_repeat)
@@ -125,7 +127,7 @@ def peers(args, graph, durations, list_times):
 
 
 def widget_updates(args):
-    from sim import widgets
+    from sim.views import widgets
 
     print("(c) explorer update: set a control → simulate → redraw → PNG (best of "
           f"{args.repeat}; wall / CPU ms)  [target < 100 ms]")

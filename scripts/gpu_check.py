@@ -717,9 +717,10 @@ LINK_REPEATS = 5
 
 def sim_link_model(gpu_name: str | None):
     """The simulator's cost model of one GPU's host link: the preset node for this GPU (H200 by default)."""
-    from sim.config import Cluster
-    from sim.cost import CostModel, Costs
-    from sim.plan import Plan
+    from sim.spec.hardware import Cluster
+    from sim.cost.cost_model import CostModel
+    from sim.cost.costs import Costs
+    from sim.spec.plan import Plan
 
     presets = (("H200", "H200-141GB"), ("H100", "H100-80GB"), ("A100", "A100-80GB"), ("V100", "V100-32GB"))
     preset = next((p for key, p in presets if key in (gpu_name or "")), "H200-141GB")
@@ -731,6 +732,7 @@ def sim_link_model(gpu_name: str | None):
 def part_offload(p: Part) -> None:
     from zero_ref import offload
     from zero_ref.stages import STAGES
+    from sim.cost.work import Copy
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     preset, cost = sim_link_model(gpu)
@@ -742,7 +744,7 @@ def part_offload(p: Part) -> None:
            cpu_adam="numba" if not p.dry_run else "torch (dry run: no Numba compile for a structure check)",
            bytes="Link.d2h_bytes / h2d_bytes per step = zero_ref.memory.pcie_bytes_per_step(padded Ψ), exactly",
            link_sizes=[f"{n >> 20} MiB" for n in p.pick(LINK_SIZES, QUICK_LINK_SIZES, LINK_SIZES)], first_step="includes the Numba CPU Adam's compilation",
-           link_model=f"sim.cost.CostModel on the {preset} preset: α {c.alpha_pcie:g} s + bytes / "
+           link_model=f"sim.cost.cost_model.CostModel on the {preset} preset: α {c.alpha_pcie:g} s + bytes / "
                       f"({cost.cluster.pcie_bw / 1e9:g} GB/s × {c.pcie_efficiency:g})")
     if not p.cuda and not p.dry_run:
         p.need_cuda()
@@ -822,7 +824,7 @@ def part_offload(p: Part) -> None:
                                     ("Link.to_device incl. host cast (zero_ref)", via_link, "h2d")):
             fn(direction)  # warm-up: pinned buffers from the caching host allocator
             s = statistics.median(fn(direction) for _ in range(LINK_REPEATS))
-            model_s = cost.duration((direction, n, "", 1))
+            model_s = cost.duration(Copy(direction, n))
             p.row(rows, what, n, s * 1e3, n / s / 1e9, model_s * 1e3, s / model_s)
         del dev, host32, pinned
         release_memory()

@@ -1,7 +1,7 @@
-"""``python -m sim plan ...``: see sim.cli."""
+"""``python -m sim plan ...``: see sim.planning.cli."""
 import sys
 
-from sim.cli import main
+from sim.planning.cli import main
 
 if __name__ == "__main__":  # importing the module (a torch-free check does) runs nothing
     sys.exit(main())

@@ -47,7 +47,7 @@ def test_requirements_are_pinned():
 TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.lr_schedules",
               "zero_ref.config", *(f"zero_ref.config.{m.name}" for m in pkgutil.iter_modules(zero_ref.config.__path__)),
               "zero_ref.parallel", "zero_ref.parallel.topology", "zero_ref.parallel.schedules",
-              "sim", *(f"sim.{m.name}" for m in pkgutil.iter_modules(sim.__path__)))
+              "sim", *(m.name for m in pkgutil.walk_packages(sim.__path__, "sim.")))
 HEAVY = ("torch", "matplotlib", "ipywidgets")
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-import sim.fit_local as fl
-from sim.memory_timeline import static_bytes
+import sim.calibration.fit_local as fl
+from sim.step.memory_timeline import static_bytes
 from zero_ref import config as ds_config
 from zero_ref.memory import model_state_bytes
 

@@ -76,7 +76,7 @@ def test_ipywidgets_interactive_lets_two_updates_draw_together():
 
 
 def test_sim_explorers_hold_the_same_lock(monkeypatch):
-    from sim import widgets
+    from sim.views import widgets
     explorers = [widgets.pipeline_explorer() for _ in range(2)]
     barrier = threading.Barrier(2, timeout=WAIT_S)
     met = []

@@ -110,8 +110,8 @@ SHOWN = """el => ({png: [...el.querySelectorAll('.widget-output img')].map(i => 
     + '.widget-output [data-mime-type="application/vnd.jupyter.error"]')].map(e => e.innerText.slice(-300)).join('\\n'),
     html: el.querySelector('.widget-output').innerHTML.length + ':' + el.querySelector('.widget-output').innerText})"""
 # Disables the draw lock in the kernel (both modules hold it by name): only for showing what the test catches.
-UNLOCK = """import contextlib, course.widgets, sim.widgets
-course.widgets.DRAW_LOCK = sim.widgets.DRAW_LOCK = contextlib.nullcontext()"""
+UNLOCK = """import contextlib, course.widgets, sim.views.widgets
+course.widgets.DRAW_LOCK = sim.views.widgets.DRAW_LOCK = contextlib.nullcontext()"""
 
 
 def url(base: str, chapter: str) -> str:

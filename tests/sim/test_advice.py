@@ -1,11 +1,11 @@
-"""sim.advice: the ZeRO / offload ladder's bytes are zero_ref.memory's, memory falls where each rung
+"""sim.planning.advice: the ZeRO / offload ladder's bytes are zero_ref.memory's, memory falls where each rung
 adds partitioning or offload, and the recommendation is the first rung that fits."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-from sim import advice
-from sim.bounds import memory_lower_bound
+from sim.planning import advice
+from sim.planning.bounds import memory_lower_bound
 from zero_ref.memory import model_state_bytes, offload_placement
 
 NAMES = [r.name for r in advice.RUNGS]

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from sim import cli
-from sim.plan import Plan
+from sim.planning import cli
+from sim.spec.plan import Plan
 from zero_ref import config as ds_config
 
 
@@ -52,8 +52,8 @@ def test_model_from_a_hf_config_path(tmp_path):
 ])
 def test_impossible_requests_are_one_line_errors(args, message, capsys, monkeypatch):
     if "gpt3-175b" in args:  # shrink the node's host memory and NVMe so that the states cannot fit anywhere
-        import sim.advice
-        orig = sim.advice.cluster_of
+        import sim.planning.advice
+        orig = sim.planning.advice.cluster_of
         monkeypatch.setattr(cli.advice, "cluster_of", lambda g, n: orig(g, n, cpu_bytes=512 * 2**30, nvme_bytes=1e12))
     assert cli.main(["plan", *args]) == 2
     err = capsys.readouterr().err

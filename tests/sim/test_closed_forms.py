@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-from sim.cost import attention_core_flops, layer_forward_flops
+from sim.cost.flops import attention_core_flops, layer_forward_flops
 from zero_ref.memory import activation_bytes_per_layer
 
 FREE = sim.Costs.compute_only(efficiency=0.5)

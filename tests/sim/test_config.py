@@ -1,8 +1,9 @@
-"""sim.config and sim.plan: presets, HF and DeepSpeed readers, preconditions that name the bad field."""
+"""sim.spec (model, hardware, plan): presets, HF and DeepSpeed readers, preconditions that name the bad field."""
 import pytest
 
 import sim
-from sim.config import GPUS, MODELS, NODES
+from sim.spec.hardware import GPUS, NODES
+from sim.spec.model import MODELS
 
 
 def test_model_presets_have_the_published_sizes():

@@ -1,4 +1,4 @@
-"""sim.context against closed forms: bytes, links, activation memory, and when the ring hides its traffic.
+"""sim.cost.context against closed forms: bytes, links, activation memory, and when the ring hides its traffic.
 
 Exact (==) where the quantity is a count of bytes; 1e-12 relative where it is seconds (one float
 division apart from the closed form).
@@ -8,7 +8,7 @@ import math
 import pytest
 
 import sim
-from sim.context import context_cost, cp_ranks
+from sim.cost.context import context_cost, cp_ranks
 from zero_ref.memory import activation_bytes_per_layer
 
 LLAMA = sim.Model("llama-7b-like", layers=32, hidden=4096, heads=32, vocab=32000, seq=32768, gated=True)

@@ -1,13 +1,15 @@
-"""sim.cost and sim.topology: FLOPs, the alpha-beta collective formulas, and which link a group uses."""
+"""sim.cost and sim.spec.topology: FLOPs, the alpha-beta collective formulas, and which link a group uses."""
 import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-from sim.cost import (CostModel, all_gather, attention_core_flops, layer_forward_flops, point_to_point,
-                      reduce_scatter, ring_all_reduce, tree_all_reduce)
-from sim.topology import group_link, group_ranks
+from sim.cost.collectives import all_gather, point_to_point, reduce_scatter, ring_all_reduce, tree_all_reduce
+from sim.cost.cost_model import CostModel
+from sim.cost.flops import attention_core_flops, layer_forward_flops
+from sim.cost.work import Adam, Collective, Compute, Copy
+from sim.spec.topology import group_link, group_ranks
 
 
 def test_layer_flops_are_24bsh2_plus_4bs2h_for_a_gpt_mlp():
@@ -58,11 +60,11 @@ def test_cost_model_applies_the_formulas_on_the_chosen_link():
     c, S = cluster(nodes=2), 3e8
     cm = CostModel(c, sim.Plan(tp=8, dp=2), costs)
     b_ib = c.ib_bw_per_gpu * 0.9
-    assert cm.duration(("all_reduce", S, "dp", 1)) == min(ring_all_reduce(S, 2, 7e-6, b_ib),
+    assert cm.duration(Collective("all_reduce", S, "dp")) == min(ring_all_reduce(S, 2, 7e-6, b_ib),
                                                          tree_all_reduce(S, 2, 7e-6, b_ib))
-    assert cm.duration(("reduce_scatter", S, "dp", 3)) == 3 * reduce_scatter(S, 2, 7e-6, b_ib)
+    assert cm.duration(Collective("reduce_scatter", S, "dp", 3)) == 3 * reduce_scatter(S, 2, 7e-6, b_ib)
     b_nv = c.nvlink_bw * 0.7
-    assert cm.duration(("all_gather", S, "tp", 1)) == all_gather(S, 8, 1e-6, b_nv)
+    assert cm.duration(Collective("all_gather", S, "tp")) == all_gather(S, 8, 1e-6, b_nv)
     assert cm.all_reduce(S, "tp") == (tree_all_reduce(S, 8, 1e-6, b_nv), "tree")
     # a tree that reaches half the ring's bandwidth loses on large messages and wins on small ones
     derated = CostModel(c, sim.Plan(tp=8, dp=2), costs.override(tree_bw_efficiency=0.5))
@@ -70,7 +72,7 @@ def test_cost_model_applies_the_formulas_on_the_chosen_link():
     assert derated.all_reduce(1e3, "tp")[1] == "tree"
     # pipeline stages 16 ranks apart sit on different nodes: p2p over IB
     pp = CostModel(c, sim.Plan(tp=8, pp=2), costs)
-    assert pp.duration(("p2p", S, "pp", 1)) == 7e-6 + S / b_ib
+    assert pp.duration(Collective("p2p", S, "pp")) == 7e-6 + S / b_ib
 
 
 def test_compute_pcie_nvme_and_cpu_adam_times():
@@ -78,13 +80,13 @@ def test_compute_pcie_nvme_and_cpu_adam_times():
     costs = sim.Costs(efficiency=0.4, alpha_pcie=0.0, pcie_efficiency=1.0, alpha_nvme=0.0,
                       cpu_adam_rate=4e9, hbm_efficiency=1.0)
     cm = CostModel(c, sim.Plan(dp=8), costs)
-    assert cm.duration(("compute", 312e12, "", 1)) == pytest.approx(1 / 0.4)
-    assert cm.duration(("h2d", 25e9, "", 1)) == 1.0 == cm.duration(("d2h", 25e9, "", 1))
-    assert cm.duration(("nvme_read", 2e9, "", 1)) == 1.0   # a node's NVMe shared by its 8 GPUs
-    assert cm.duration(("nvme_write", 1e9, "", 1)) == 1.0
-    assert cm.duration(("cpu_adam", 5e8, "", 1)) == 1.0    # 4e9 params/s per node, 8 GPUs
+    assert cm.duration(Compute(312e12)) == pytest.approx(1 / 0.4)
+    assert cm.duration(Copy("h2d", 25e9)) == 1.0 == cm.duration(Copy("d2h", 25e9))
+    assert cm.duration(Copy("nvme_read", 2e9)) == 1.0   # a node's NVMe shared by its 8 GPUs
+    assert cm.duration(Copy("nvme_write", 1e9)) == 1.0
+    assert cm.duration(Adam(5e8, "cpu")) == 1.0    # 4e9 params/s per node, 8 GPUs
     assert cm.adam_bytes == 2 * 12 + 2 + 2                 # bf16: read/write master+moments, grad, param
-    assert cm.duration(("adam", 1e9, "", 1)) == pytest.approx(28e9 / c.gpu.hbm_bw)
+    assert cm.duration(Adam(1e9)) == pytest.approx(28e9 / c.gpu.hbm_bw)
 
 
 def test_costs_check_their_fields():
@@ -94,7 +96,7 @@ def test_costs_check_their_fields():
         sim.Costs(alpha_ib=-1.0)
     free = sim.Costs.compute_only()
     cm = CostModel(cluster(nodes=2), sim.Plan(tp=8, dp=2), free)
-    assert cm.duration(("all_reduce", 1e9, "dp", 4)) == cm.duration(("h2d", 1e9, "", 1)) == 0
+    assert cm.duration(Collective("all_reduce", 1e9, "dp", 4)) == cm.duration(Copy("h2d", 1e9)) == 0
 
 
 def test_a_gpu_can_have_its_own_gemm_efficiency():
@@ -103,8 +105,8 @@ def test_a_gpu_can_have_its_own_gemm_efficiency():
     costs = sim.Costs(efficiency=0.7, efficiency_by_gpu=(("V100-32GB", 0.4),))
     v100 = CostModel(sim.Cluster.preset("V100-32GB", nodes=1), sim.Plan(dp=8, precision="fp16"), costs)
     a100 = CostModel(cluster(nodes=1), sim.Plan(dp=8), costs)
-    assert v100.duration(("compute", 125e12, "", 1)) == pytest.approx(1 / 0.4)
-    assert a100.duration(("compute", 312e12, "", 1)) == pytest.approx(1 / 0.7)
+    assert v100.duration(Compute(125e12)) == pytest.approx(1 / 0.4)
+    assert a100.duration(Compute(312e12)) == pytest.approx(1 / 0.7)
     for bad in ((("V100-32GB", 0),), ("V100-32GB", 0.4), ((1, 0.4),)):
         with pytest.raises(ValueError, match="efficiency_by_gpu"):
             sim.Costs(efficiency_by_gpu=bad)

@@ -1,4 +1,4 @@
-"""sim.graph + sim.engine: the schedule honours every dependency and stream, ZeRO's communication
+"""sim.step.lowering + sim.step.simulate: the schedule honours every dependency and stream, ZeRO's communication
 volumes come out as the theory says, and the optimizer step waits where it must."""
 
 import numpy as np
@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-import sim.events
-import sim.idle
-from sim.cost import head_forward_flops, layer_forward_flops
-from sim.graph import KINDS, STREAMS
+import sim.step.idle
+from sim.cost.flops import head_forward_flops, layer_forward_flops
+from sim.cost.work import Adam, Collective
+from sim.step.graph import KINDS, STREAMS
 
 MODEL = sim.Model.preset("gpt3-350m")  # 24 layers
 
@@ -56,9 +56,9 @@ def dp_wire_bytes(r, stage=0):
     """Bytes one rank sends for DP/ZeRO collectives (ring volumes: AR 2(n−1)/n·S, RS/AG (n−1)/n·S)."""
     g, n, total = r.graph, r.plan.dp, 0.0
     for i in range(len(g)):
-        op, size, axis, count = g.works[g.work[i]]
-        if axis == "dp" and g.stage[i] == stage:
-            total += count * size * (n - 1) / n * (2 if op == "all_reduce" else 1)
+        work = g.works[g.work[i]]
+        if isinstance(work, Collective) and work.axis == "dp" and g.stage[i] == stage:
+            total += work.count * work.nbytes * (n - 1) / n * (2 if work.op == "all_reduce" else 1)
     return total
 
 
@@ -121,7 +121,10 @@ def test_gradient_clipping_makes_every_stage_wait_for_the_slowest():
 def test_cpu_offload_moves_gradients_down_and_parameters_up_over_pcie():
     r = run(dp=8, zero_stage=2, num_microbatches=1, offload_optimizer="cpu")
     g, shard = r.graph, MODEL.num_params / 8
-    moved = {k: sum(g.works[g.work[i]][1] for i in range(len(g)) if KINDS[g.kind[i]] == k and g.stage[i] == 0)
+    def amount(w):
+        return w.params if isinstance(w, Adam) else w.nbytes
+
+    moved = {k: sum(amount(g.works[g.work[i]]) for i in range(len(g)) if KINDS[g.kind[i]] == k and g.stage[i] == 0)
              for k in ("d2h", "h2d", "cpu_adam")}
     assert moved["d2h"] == pytest.approx(2 * shard) and moved["h2d"] == pytest.approx(2 * shard)
     assert moved["cpu_adam"] == pytest.approx(shard)
@@ -171,9 +174,9 @@ def test_idle_causes_add_up_to_the_idle_time_of_every_stage(tp, pp, dp, zero, k,
                     offload_param="nvme" if zero == 3 and offload == "nvme+param" else "none")
     cl = sim.Cluster.preset("A100-80GB", nodes=plan.world_size, gpus_per_node=1)  # everything on IB
     r = sim.simulate(MODEL, cl, plan, engine=engine,
-                     contention=sim.events.Contention.for_plan(cl, plan, pcie="fair") if engine == "events" else None)
+                     contention=sim.Contention.for_plan(cl, plan, pcie="fair") if engine == "events" else None)
     total = sum(r.idle.values())
-    assert set(r.idle) == set(sim.idle.CAUSES)
+    assert set(r.idle) == set(sim.step.idle.CAUSES)
     assert all(np.all(v >= -1e-12 * r.step_time) for v in r.idle.values())
     assert total == pytest.approx(r.step_time - r.busy["compute"], rel=1e-12, abs=1e-12 * r.step_time)
     if opt == "none":
@@ -227,7 +230,7 @@ def test_offload_stall_and_memory_wait():
     layer = 2 * MODEL.num_params / 24
     small = sim.Cluster.preset("A100-80GB", nodes=8, gpus_per_node=1, hbm_bytes=free.peak_gpu_bytes - layer / 2)
     tight = sim.simulate(MODEL, small, plan, granularity="layer", engine="events",
-                         contention=sim.events.Contention.for_plan(small, plan, hbm=True))
+                         contention=sim.Contention.for_plan(small, plan, hbm=True))
     assert tight.fits and not sim.simulate(MODEL, small, plan, granularity="layer").fits
     assert tight.idle["memory_wait"][0] > 0 and not free.idle["memory_wait"].any()
     assert tight.step_time > free.step_time

@@ -1,15 +1,16 @@
-"""sim.events: the event-heap engine equals list scheduling bit for bit without contention, is never
+"""sim.step.event_schedule: the event-heap engine equals list scheduling bit for bit without contention, is never
 faster with it, and shares a link, caps live parameters and waits for memory as documented."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-from sim.cost import CostModel
-from sim.engine import list_schedule
-from sim.events import Contention, DoesNotFit, MemoryCap, SharedLink, event_schedule
-from sim.graph import TaskGraph, build_graph
-from sim.memory_timeline import memory_timeline, static_bytes
+from sim.cost.cost_model import CostModel
+from sim.step.event_schedule import Contention, DoesNotFit, MemoryCap, SharedLink, event_schedule
+from sim.step.graph import TaskGraph
+from sim.step.list_schedule import list_schedule
+from sim.step.lowering import build_graph
+from sim.step.memory_timeline import memory_timeline, static_bytes
 
 MODEL = sim.Model("tiny", layers=8, hidden=256, heads=8, vocab=1000, seq=128)
 BIG = sim.Model.preset("gpt3-1.3b")  # 24 layers
@@ -156,7 +157,7 @@ def test_zero3_live_parameter_cap_of_one_group_stops_the_prefetch():
 
 
 def test_memory_pressure_delays_the_prefetch_and_the_peak_stays_under_hbm(monkeypatch):
-    monkeypatch.setattr(sim.graph, "BACKWARD_GATHER", "prefetch")  # gathers ahead in both passes: more to delay
+    monkeypatch.setattr(sim.step.lowering, "BACKWARD_GATHER", "prefetch")  # gathers ahead in both passes: more to delay
     plan = sim.Plan(zero_stage=3, dp=8, num_microbatches=2)
     cl = cluster_for(plan)
     free = sim.simulate(BIG, cl, plan, granularity="layer")

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import sim
-from sim.cost import attention_core_flops, layer_backward_flops, layer_forward_flops
+from sim.cost.flops import attention_core_flops, layer_backward_flops, layer_forward_flops
 from zero_ref.memory import activation_terms
 
 # HF's parameter counts (sum of numel over the checkpoint's tensors) for the published configs

@@ -26,8 +26,8 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import sim.fit_local as fl
-from sim.config import Cluster
+import sim.calibration.fit_local as fl
+from sim.spec.hardware import Cluster
 from zero_ref.profiling.profile import COURSE_GPT, SWEEP_BYTES, StepSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -101,7 +101,7 @@ def test_fit_alpha_beta_recovers_the_constants(alpha, bandwidth, n):
 
 
 def test_alpha_beta_terms_are_the_sim_ring_formulas():
-    from sim.cost import reduce_scatter, ring_all_reduce
+    from sim.cost.collectives import reduce_scatter, ring_all_reduce
     for n in (2, 3, 4, 8):
         for op, f in (("all_reduce", ring_all_reduce), ("reduce_scatter", reduce_scatter), ("all_gather", reduce_scatter)):
             k, w = fl.alpha_beta_terms(op, 1e6, n)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-from sim.memory_timeline import static_bytes
+from sim.step.memory_timeline import static_bytes
 from zero_ref.memory import GB, activation_bytes_per_layer, model_state_bytes, offload_placement
 
 MODEL = sim.Model.preset("gpt3-1.3b")  # 24 layers
@@ -75,7 +75,7 @@ def test_zero3_holds_gathered_layers_and_buckets_only_transiently(monkeypatch):
     assert peak["zero3_gathered"] == pytest.approx(2 * 2 * layer_params)  # the layer in use + the prefetched one
     # the next layer's backward waits for its gather, which queues behind this bucket's reduce-scatter
     assert peak["comm_bucket"] == pytest.approx(2 * layer_params)
-    monkeypatch.setattr(sim.graph, "BACKWARD_GATHER", "prefetch")  # gathered ahead: the next grads overlap
+    monkeypatch.setattr(sim.step.lowering, "BACKWARD_GATHER", "prefetch")  # gathered ahead: the next grads overlap
     assert run(plan, granularity="layer").peak_memory[0]["comm_bucket"] == pytest.approx(2 * 2 * layer_params)
     _, curves = r.memory.curve(0)
     for name in ("zero3_gathered", "comm_bucket", "activation"):

@@ -1,11 +1,11 @@
-"""sim.moe against zero_ref's MoE on real gloo ranks (bytes and parameter counts) and closed forms (time, memory)."""
+"""sim.cost.moe against zero_ref's MoE on real gloo ranks (bytes and parameter counts) and closed forms (time, memory)."""
 import math
 
 import pytest
 
 import sim
 import zero_ref
-from sim.moe import MoE, expert_params, moe_cost
+from sim.cost.moe import MoE, expert_params, moe_cost
 from zero_ref.memory import model_state_bytes
 
 WORLD, EP, EXPERTS, K, CF, MICRO = 4, 2, 4, 2, 1.0, 2

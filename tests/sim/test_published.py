@@ -1,6 +1,6 @@
-"""Validation rung 3: the simulator against published throughput (sim.published, sim.validation).
+"""Validation rung 3: the simulator against published throughput (sim.calibration: published, validation).
 
-The cost model is calibrated on five rows, one per constant (sim.calibrate.CALIBRATION:
+The cost model is calibrated on five rows, one per constant (sim.calibration.calibrate.CALIBRATION:
 Korthikanti's 22B and 175B for the A100's GEMM efficiency and link efficiency, Narayanan's ZeRO-3
 175B on 768 GPUs for ZeRO-3's collective efficiency, Shoeybi's single-V100 1.2B for the V100's GEMM
 efficiency, Llama 3 405B on 8,192 H100s for the H100's) and then predicts every other published row.
@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 import sim
-from sim import calibrate, published as pub, validation
-from sim.cost import CostModel, layer_elementwise_bytes
-from sim.graph import KINDS, STREAMS, build_graph, layer_split
+from sim.calibration import calibrate, published as pub, validation
+from sim.cost.cost_model import CostModel
+from sim.cost.flops import layer_elementwise_bytes
+from sim.cost.work import Collective, Compute
+from sim.step.graph import KINDS, STREAMS
+from sim.step.lowering import build_graph, layer_split
 
 
 # ---------------------------------------------------------------- the data
@@ -73,7 +76,7 @@ def test_h100_rows_are_consistent_with_their_papers():
         assert peak == 989e12 and run.family == "h100" and run.precision == "bf16"
         mfu = run.step_flops() / (run.gpus * run.measured_time) / peak
         assert mfu == pytest.approx(dict(run.reported)["mfu"], abs=0.01 if run.tflops_per_gpu else 0.003), run.name
-        assert run.step_flops() == sim.cost.model_flops_per_step(run.model(), run.global_batch)
+        assert run.step_flops() == sim.cost.flops.model_flops_per_step(run.model(), run.global_batch)
     for run in pub.LLAMA3_405B:
         m = run.model()
         assert m.num_params == pytest.approx(405e9, rel=0.005) and m.kv_width == 1024 and m.gated
@@ -111,10 +114,10 @@ def test_elementwise_kernels_take_hbm_time_and_vanish_in_compute_only():
     assert ew["attention_core"] == 5 * A + A / 2
     assert ew["forward"] == 10 * x + x + 2 * 4 * x + 6 * A + A / 2
     cm = CostModel(cluster, plan, sim.Costs(efficiency=0.5, hbm_efficiency=0.5))
-    assert cm.duration(("compute", 312e12, 1e9, 1)) == pytest.approx(2 + 1e9 / (cluster.gpu.hbm_bw * 0.5))
-    assert cm.duration(("compute", 312e12, "", 1)) == pytest.approx(2)
+    assert cm.duration(Compute(312e12, 1e9)) == pytest.approx(2 + 1e9 / (cluster.gpu.hbm_bw * 0.5))
+    assert cm.duration(Compute(312e12)) == pytest.approx(2)
     free = CostModel(cluster, plan, sim.Costs.compute_only())
-    assert free.duration(("compute", 312e12, 1e9, 1)) == pytest.approx(2)
+    assert free.duration(Compute(312e12, 1e9)) == pytest.approx(2)
     # without SP the LayerNorm/dropout tensors are whole on every TP rank: more bytes per rank
     assert layer_elementwise_bytes(model, 1, tp=2, sp=False)["forward"] > ew["forward"]
 
@@ -129,12 +132,12 @@ def test_tp_collectives_block_the_next_compute_and_p2p_sends_one_tp_share():
         for a, b in zip(nodes, nodes[1:]):  # compute and TP collectives alternate, never overlap
             assert r.start[b] >= r.end[a] - 1e-15
     sends = {g.works[g.work[i]] for i in range(len(g)) if KINDS[g.kind[i]] in ("send_fwd", "send_bwd")}
-    assert sends == {("p2p", 2 * 256 * 512 / 2, "pp", 1)}  # 16-bit b·s·h / t (scatter/gather)
+    assert sends == {Collective("p2p", 2 * 256 * 512 / 2, "pp")}  # 16-bit b·s·h / t (scatter/gather)
 
 
 def test_zero3_backward_gathers_wait_for_the_previous_layer_and_only_zero3_collectives_slow_down():
     """ZeRO-3: the forward prefetches the next layer's gather during a layer's compute; the backward
-    issues it when the previous layer's backward has ended (sim.graph's BACKWARD_GATHER). And
+    issues it when the previous layer's backward has ended (sim.step.lowering's BACKWARD_GATHER). And
     zero3_efficiency stretches the bandwidth term of ZeRO-3's DP collectives across nodes only."""
     model = sim.Model("small", layers=6, hidden=512, heads=8, vocab=1000, seq=256)
     plan = sim.Plan(zero_stage=3, dp=8, num_microbatches=1)
@@ -154,13 +157,13 @@ def test_zero3_backward_gathers_wait_for_the_previous_layer_and_only_zero3_colle
     cm = CostModel(cluster, plan, sim.Costs(zero3_efficiency=0.25))
     base = CostModel(cluster, plan, sim.Costs())
     n, a, bw = base.link_params("dp")
-    assert cm.duration(("all_gather", 1e9, "dp", 1)) == pytest.approx((n - 1) * a + (n - 1) / n * 1e9 / (bw * 0.25))
+    assert cm.duration(Collective("all_gather", 1e9, "dp")) == pytest.approx((n - 1) * a + (n - 1) / n * 1e9 / (bw * 0.25))
     one_node = sim.Cluster.preset("A100-80GB", nodes=1)  # over NVLink ZeRO-3 gathers like any collective
-    assert (CostModel(one_node, plan, sim.Costs(zero3_efficiency=0.25)).duration(("all_gather", 1e9, "dp", 1))
-            == CostModel(one_node, plan, sim.Costs()).duration(("all_gather", 1e9, "dp", 1)))
+    assert (CostModel(one_node, plan, sim.Costs(zero3_efficiency=0.25)).duration(Collective("all_gather", 1e9, "dp"))
+            == CostModel(one_node, plan, sim.Costs()).duration(Collective("all_gather", 1e9, "dp")))
     zero1 = sim.Plan(zero_stage=1, dp=8)
-    assert (CostModel(cluster, zero1, sim.Costs(zero3_efficiency=0.25)).duration(("all_gather", 1e9, "dp", 1))
-            == CostModel(cluster, zero1, sim.Costs()).duration(("all_gather", 1e9, "dp", 1)))
+    assert (CostModel(cluster, zero1, sim.Costs(zero3_efficiency=0.25)).duration(Collective("all_gather", 1e9, "dp"))
+            == CostModel(cluster, zero1, sim.Costs()).duration(Collective("all_gather", 1e9, "dp")))
 
 
 def test_an_uneven_layer_split_puts_the_short_stages_at_the_ends():
@@ -243,8 +246,9 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
     assert by_gpu["H100-80GB"] == by_gpu["H200-141GB"] == fitted.values["h100"]
     # the defaults a plain sim.simulate runs at are this fit, to the 6 digits it keeps
     assert sim.Costs() == fitted.costs == calibrate.calibrate()
-    assert (sim.cost.EFFICIENCY, sim.cost.LINK_EFFICIENCY, sim.cost.ZERO3_EFFICIENCY, sim.cost.V100_EFFICIENCY,
-            sim.cost.H100_EFFICIENCY) == tuple(fitted.values[p] for p in calibrate.PARAMS)
+    c = sim.cost.costs
+    assert (c.EFFICIENCY, c.LINK_EFFICIENCY, c.ZERO3_EFFICIENCY, c.V100_EFFICIENCY,
+            c.H100_EFFICIENCY) == tuple(fitted.values[p] for p in calibrate.PARAMS)
     # the layer's share of peak grows with its size through the element-wise kernels
     eff = [calibrate.effective_efficiency(n, fitted.costs) for n in
            ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "korthikanti-1T-seqsel")]
@@ -252,7 +256,7 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
 
 
 def test_held_out_rows_are_predicted_within_the_error_reached(report):
-    """Achieved on the 34 held-out rows (python -m sim.validation): mean error 6.1 % on iteration
+    """Achieved on the 34 held-out rows (python -m sim.calibration.validation): mean error 6.1 % on iteration
     time, 6.3 % on TFLOP/s per GPU (issue target ≤ 10 %). By family: Megatron TP × PP 5.4 % over
     28 rows, ZeRO-3 8.4 % over 5, offload 14.2 % over its one row — above the 10 % aim: the V100
     GEMM efficiency comes from Shoeybi's 1.2B (hidden 1536, 96-wide heads) and ZeRO-Offload's 10B
@@ -279,7 +283,7 @@ def test_held_out_rows_are_predicted_within_the_error_reached(report):
 
 
 def test_h100_held_out_rows_are_predicted_within_the_error_reached(h100_report):
-    """Achieved (python -m sim.validation, H100 section), the H100 efficiency fitted on Llama 3 405B
+    """Achieved (python -m sim.calibration.validation, H100 section), the H100 efficiency fitted on Llama 3 405B
     on 8,192 GPUs: Llama 3 on 16,384 GPUs +1.8 % on time (its smaller batch per DP group, a larger
     pipeline bubble, as the paper says), Nemotron-4 15B +11.9 %, +10.6 %, +0.7 % (the simulator
     slower: those runs' 0.57 s at DP 96 and 0.58 s at DP 192 beat one GEMM efficiency fitted on a
@@ -329,13 +333,13 @@ def test_both_halves_of_the_zero3_fix_are_needed(fitted):
     old = fitted.costs.override(zero3_efficiency=1.0)
     ratio = [r.measured_time / calibrate.predict(r, old) for r in rows]  # on-demand gathers, fast rings
     assert min(ratio[1:3] + ratio[4:]) > 1.7
-    saved = sim.graph.BACKWARD_GATHER
-    sim.graph.BACKWARD_GATHER = "prefetch"
+    saved = sim.step.lowering.BACKWARD_GATHER
+    sim.step.lowering.BACKWARD_GATHER = "prefetch"
     try:
         refit = calibrate.fit(calibrate.CALIBRATION, base=fitted.costs, params=("zero3",)).costs
         err = {r.gpus: calibrate.predict(r, refit) / r.measured_time - 1 for r in rows}
     finally:
-        sim.graph.BACKWARD_GATHER = saved
+        sim.step.lowering.BACKWARD_GATHER = saved
     assert err[384] < -0.15 and err[640] < -0.2
 
 
@@ -347,7 +351,7 @@ def test_predict_is_simulate_and_deterministic(fitted):
 
 
 def test_the_calibration_rows_cannot_separate_bandwidth_from_elementwise_traffic():
-    """Documented in sim.calibrate: the fitted link efficiency moves with the unfitted element-wise
+    """Documented in sim.calibration.calibrate: the fitted link efficiency moves with the unfitted element-wise
     scale, so it is not a measurement of NVLink."""
     low = calibrate.fit(base=sim.Costs(elementwise_traffic=0.5)).values["bandwidth"]
     high = calibrate.fit(base=sim.Costs(elementwise_traffic=1.5)).values["bandwidth"]

@@ -1,4 +1,4 @@
-"""sim.render: the Gantt chart, the memory stack and the bubble bars draw what the result holds."""
+"""sim.views.render: the Gantt chart, the memory stack and the bubble bars draw what the result holds."""
 import subprocess
 import sys
 
@@ -12,8 +12,8 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 import sim  # noqa: E402
-from sim import render  # noqa: E402
-from sim.graph import STREAMS  # noqa: E402
+from sim.step.graph import STREAMS  # noqa: E402
+from sim.views import render  # noqa: E402
 
 MODEL = sim.Model("tiny", layers=8, hidden=256, heads=8, vocab=1000, seq=128)
 
@@ -32,7 +32,7 @@ def no_show(monkeypatch):
 
 
 def test_import_render_does_not_import_matplotlib():
-    code = "import sys, sim, sim.render; assert 'matplotlib' not in sys.modules"
+    code = "import sys, sim, sim.views.render; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,9 +1,9 @@
-"""sim.pipeline's schedule orders: explicit phases, Megatron's interleaved order, topological merging."""
+"""sim.step.pipeline's schedule orders: explicit phases, Megatron's interleaved order, topological merging."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-from sim.pipeline import dependency
+from sim.step.pipeline import dependency
 
 
 def test_interleaved_order_is_megatrons():
@@ -67,7 +67,7 @@ def test_orders_equal_torch_pipelinings(schedule, p, m, v):
     torch's stage index for chunk c of rank r is c·p + r, as ours. For plain 1F1B its visualizer
     labels the last rank's forwards one micro-batch too high (it prints '3F8' when p = 4, m = 8),
     so on that rank only the sequence of kinds and the backwards are compared. GPipe differs on purpose: torch runs the
-    backwards in micro-batch order, sim.pipeline last-in-first-out (as the GPipe paper draws it).
+    backwards in micro-batch order, sim.step.pipeline last-in-first-out (as the GPipe paper draws it).
     """
     pytest.importorskip("torch")
     from torch.distributed.pipelining import _schedule_visualizer as vis

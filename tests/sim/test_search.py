@@ -1,4 +1,4 @@
-"""sim.search: the best plan is feasible and nothing enumerated beats it (brute force); the pruning
+"""sim.planning.search: the best plan is feasible and nothing enumerated beats it (brute force); the pruning
 bounds never exceed what the simulator reports, so pruning never discards a plan that fits; the
 search is deterministic and refuses impossible input with a clear message."""
 
@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sim
-from sim import calibrate, search
-from sim.bounds import memory_lower_bound, time_lower_bound
+from sim.calibration import calibrate
+from sim.planning import search
+from sim.planning.bounds import memory_lower_bound, time_lower_bound
 
 MODEL = sim.Model.preset("gpt3-1.3b")  # 24 layers, 16 heads (the bounds' property test)
 COSTS = calibrate.calibrate()

@@ -1,9 +1,9 @@
-"""sim.trace: the Chrome-trace JSON follows torch.profiler's layout and Perfetto's counter rule."""
+"""sim.views.trace: the Chrome-trace JSON follows torch.profiler's layout and Perfetto's counter rule."""
 import json
 from collections import defaultdict
 
 import sim
-from sim.graph import STREAMS
+from sim.step.graph import STREAMS
 
 
 def result():

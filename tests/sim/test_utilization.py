@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from sim import utilization as u
-from sim.cost import model_flops_per_step
-from sim.published import A100_PEAK, get
+from sim.calibration.published import A100_PEAK, get
+from sim.cost import utilization as u
+from sim.cost.flops import model_flops_per_step
 
 
 def test_flops_and_utilization():

@@ -1,11 +1,12 @@
-"""sim.widgets: the explorers update in place when a control moves, and show what the library computes."""
+"""sim.views.widgets: the explorers update in place when a control moves, and show what the library computes."""
 
 import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 
 import sim
-from sim import widgets
+from sim.step.graph import STREAMS
+from sim.views import widgets
 
 SMALL = dict(model="gpt3-1.3b", tp=2, pp=4, dp=2, microbatches=8, zero_stage=1, recompute="none")
 
@@ -34,7 +35,7 @@ def test_explorer_redraws_the_same_figure_when_a_control_moves():
     text0, png0, bars0 = ex.summary.value, image.value, bars(gantt)
     assert png0[:4] == b"\x89PNG" and "TP 2 × PP 4 × DP 2" in text0
     assert bars0 == len(ex.result.graph) - sum(  # every event of the shown rows is one bar
-        1 for s in ex.result.graph.stream if sim.graph.STREAMS[s] not in {"compute", "tp_comm", "dp_comm", "pp_comm"})
+        1 for s in ex.result.graph.stream if STREAMS[s] not in {"compute", "tp_comm", "dp_comm", "pp_comm"})
 
     ex.controls["microbatches"].value = 16
     assert ex.result.plan.num_microbatches == 16 and "m=16" in ex.summary.value

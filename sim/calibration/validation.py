@@ -1,0 +1,86 @@
+"""The simulator against every published run: calibrate, predict the held-out rows, print the table.
+
+    python -m sim.calibration.validation            # the table of benchmarks/README.md ("Published throughput")
+
+``report()`` fits the constants on ``sim.calibration.calibrate.CALIBRATION`` (one row per constant), predicts
+every other row of sim.calibration.published and returns the table: per row the published and simulated step
+time and TFLOP/s per GPU (the paper's own FLOPs count) and the errors, then the mean absolute
+error over the held-out rows, overall and per family — 'megatron' (tensor × pipeline parallel,
+Megatron-LM and Megatron-DeepSpeed), 'zero3' (ZeRO-3 data parallelism) and 'offload' (ZeRO with
+the optimizer on the CPU) — then the H100 section ('h100': Llama 3 405B and Nemotron-4 15B, the
+H100 GEMM efficiency fitted on one row, the others held out) and the same rows with the A100's
+efficiency in its place (``h100_table``). ``before()`` is the same with the cost model as it was before the
+ZeRO-3 and V100 constants existed (two constants, prefetched backward gathers), for comparison.
+"""
+from __future__ import annotations
+
+from statistics import fmean
+
+from sim.calibration import calibrate
+from sim.calibration.published import FAMILIES, get
+from sim.step import lowering
+
+
+def family_mape(validation, family: str) -> float:
+    """Mean absolute time error of ``validation``'s rows of one family (nan if it has none)."""
+    errs = [abs(r.time_error) for r in validation.rows if get(r.name).family == family]
+    return fmean(errs) if errs else float("nan")
+
+
+def table(validation, fit=None, families=FAMILIES) -> str:
+    """Per-row lines (calibration rows first, marked) and the MAPE lines, overall and per family."""
+    lines = [f"{'run':38s} {'family':8s} {'time s':>8s} {'sim s':>8s} {'err':>7s} {'TFLOP/s':>8s} {'sim':>7s}"
+             f" {'err':>7s}"]
+    for r in validation.rows:
+        mark = " (fit)" if fit is not None and r.name in fit.rows else ""
+        lines.append(f"{r.name + mark:38s} {get(r.name).family:8s} {r.measured_time:8.2f} {r.predicted_time:8.2f} "
+                     f"{r.time_error:+7.1%} {r.measured_tflops:8.1f} {r.predicted_tflops:7.1f} {r.tflops_error:+7.1%}")
+    held = calibrate.Validation(validation.costs, [r for r in validation.rows
+                                                   if fit is None or r.name not in fit.rows])
+    lines.append(f"held-out MAPE over {len(held.rows)} rows: time {held.mape_time:.1%}, TFLOP/s per GPU "
+                 f"{held.mape_tflops:.1%}; by family: " + ", ".join(
+                     f"{f} {family_mape(held, f):.1%} ({sum(get(r.name).family == f for r in held.rows)} rows)"
+                     for f in families))
+    return "\n".join(lines)
+
+
+def h100_table(fit) -> str:
+    """The H100 rows with the fitted H100 efficiency (fitted row marked), then with the A100's."""
+    rows = [r for r in (get(n) for n in calibrate.CALIBRATION) if r.family == "h100"]
+    rows += [r for r in calibrate.held_out(fit.rows) if r.family == "h100"]
+    a100 = calibrate.with_params(fit.costs, {"h100": fit.values["efficiency"]})
+    return (f"H100 (NVLink 4, 400 Gb/s per GPU; bf16 peak 989 TFLOP/s): GEMM efficiency h100 = "
+            f"{fit.values['h100']:.4f} fitted on the marked row, the others held out\n"
+            + table(calibrate.validate(fit.costs, rows), fit, ("h100",))
+            + f"\nthe same rows with the A100's efficiency ({fit.values['efficiency']:.4f}) on H100s:\n"
+            + table(calibrate.validate(a100, rows), fit, ("h100",)))
+
+
+def report() -> str:
+    """Fit, predict every published row, and return the tables (see the module docstring)."""
+    fit = calibrate.fit()
+    rows = [get(n) for n in calibrate.CALIBRATION] + list(calibrate.held_out())
+    head = ("calibrated on " + ", ".join(fit.rows) + ": "
+            + ", ".join(f"{k} = {v:.4f}" for k, v in fit.values.items()))
+    older = [r for r in rows if r.family != "h100"]
+    return (head + "\nA100 and V100:\n"
+            + table(calibrate.validate(fit.costs, older), fit, tuple(f for f in FAMILIES if f != "h100"))
+            + "\n" + h100_table(fit))
+
+
+def before() -> str:
+    """The table with the previous cost model: efficiency and bandwidth fitted on the two
+    Korthikanti rows, ZeRO-3 collectives as fast as any other, backward gathers prefetched, one
+    GEMM efficiency for every GPU."""
+    saved = lowering.BACKWARD_GATHER
+    lowering.BACKWARD_GATHER = "prefetch"
+    try:
+        fit = calibrate.fit(calibrate.CALIBRATION[:2], params=("efficiency", "bandwidth"))
+        rows = [r for r in calibrate.held_out(fit.rows) if r.family != "h100"]
+        return table(calibrate.validate(fit.costs, rows), fit, tuple(f for f in FAMILIES if f != "h100"))
+    finally:
+        lowering.BACKWARD_GATHER = saved
+
+
+if __name__ == "__main__":
+    print(report())

@@ -1,0 +1,323 @@
+"""Lowering (model, plan) to the TaskGraph of one step (sim.step.graph), in a pipeline schedule's order.
+
+Per micro-batch op (F or B of one model chunk on one stage) and layer group:
+
+    [ZeRO-3: (NVMe read →) (H2D →) all-gather of the group: F one group ahead,
+             B when the group's backward starts]                           dp_comm
+    compute of the group                                                   compute
+    TP collectives of the group (blocking: the next compute waits)         tp_comm
+    B: gradient reduce per bucket (stage 0: all-reduce, 1–3: reduce-scatter;
+       0–1 after the last micro-batch's backward, 2–3 after every one) (→ D2H when offloading)  dp_comm
+then a send of the op's output to the neighbouring stage (pp_comm; each TP rank sends 1/t of it,
+Megatron's scatter/gather). A compute node's work holds its FLOPs and the bytes of its element-wise
+kernels (sim.cost.flops.layer_elementwise_bytes). After the last op: an optional
+global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the GPU, or (NVMe read
+→) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
+
+ZeRO-3's gathers follow DeepSpeed's hooks: a module's parameters are fetched before its forward,
+the next module's prefetched while it runs; in the backward (with activation checkpointing the
+recomputed forward runs inside it) the fetch is issued when the module's backward starts and waits
+behind the previous module's gradient reduce-scatter on the same stream, so gathers do not overlap
+the backward's compute — what DeepSpeed #1170 ("the prefetching only partially overlaps with
+computation", 2021) and PyTorch #70235 (FSDP's backward all-gathers "not triggered until current
+layer's backward pass starts", queued behind reduce-scatters on one NCCL stream) describe, and
+what Narayanan et al.'s ZeRO-3 times show (sim.calibration). ``BACKWARD_GATHER`` switches it.
+
+Parameters are spread evenly over the layers (Ψ/L each, embeddings included), as zero_ref.memory
+splits Ψ evenly over tp·pp; the output head's FLOPs (2bshV) run on the last stage when ``head``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from zero_ref.memory import recipe
+from sim.cost.flops import head_forward_flops, layer_backward_flops, layer_elementwise_bytes, layer_forward_flops
+from sim.cost.work import Adam, Collective, Compute, Copy
+from sim.step.graph import TaskGraph
+from sim.step.pipeline import dependency, schedule_order
+
+# 'auto' granularity folds layers until the graph is at most this big
+MAX_NODES = 300_000
+# ZeRO-3's backward gathers: "on_demand" (issued when a group's backward starts, behind the previous
+# reduce-scatter on the one DP stream: DeepSpeed as Narayanan et al. ran it, see the module
+# docstring) or "prefetch" (one group ahead, like the forward's).
+BACKWARD_GATHER = "on_demand"
+
+
+def layer_split(layers: int, chunks: int) -> list[int]:
+    """Layers of each of ``chunks`` virtual stages: equal when ``chunks`` divides ``layers``, else
+    ⌈layers/chunks⌉ each with the shortfall taken a layer at a time from the last and the first
+    virtual stage inwards, where the output layer and the embedding sit (Megatron-DeepSpeed's
+    partition that counts them as layers: BLOOM's 70 layers on 12 stages are 5, 6, …, 6, 5)."""
+    if layers < chunks:
+        raise ValueError(f"Model.layers {layers} must be at least Plan.pp × Plan.virtual = {chunks}")
+    base = -(-layers // chunks)
+    sizes = [base] * chunks
+    ends = [k for pair in zip(range(chunks - 1, -1, -1), range(chunks)) for k in pair]
+    for k in ends[:base * chunks - layers]:
+        sizes[k] -= 1
+    return sizes
+
+
+def _group_sizes(granularity, sizes: list[int], ops: int, nodes_per_group: int) -> list[int]:
+    """Layers per graph node in each virtual stage (see build_graph's ``granularity``)."""
+    if granularity == "layer":
+        return [1] * len(sizes)
+    if granularity == "stage":
+        return list(sizes)
+    if isinstance(granularity, int) and not isinstance(granularity, bool):
+        if granularity < 1 or any(n % granularity for n in sizes):
+            raise ValueError(f"granularity {granularity} must divide the layers of every model chunk "
+                             f"({sorted(set(sizes))})")
+        return [granularity] * len(sizes)
+    if granularity != "auto":
+        raise ValueError(f"granularity must be 'auto', 'layer', 'stage' or a layer count, got {granularity!r}")
+    for g in range(1, max(sizes) + 1):  # the finest split that keeps the graph small
+        if all(n % g == 0 for n in sizes) and ops * (max(sizes) // g) * nodes_per_group <= MAX_NODES:
+            return [g] * len(sizes)
+    return list(sizes)
+
+
+@dataclass
+class _Buckets:
+    """A backward's gradients on their way to the DP reduce: the open bucket and the closed ones."""
+
+    params: float = 0.0                                  # parameters in the open bucket
+    waiting: list = field(default_factory=list)          # compute nodes whose gradients wait in it (ZeRO-2/3)
+    closed: list = field(default_factory=list)           # (params, last node, waiting) not yet reduced
+
+
+class _Lowering:
+    """Builds the TaskGraph of (model, plan); one method per piece of the step."""
+
+    def __init__(self, model, plan, granularity, head: bool):
+        stages, virtual, tp = plan.pp, plan.virtual, plan.tp
+        model.check_tp(tp)
+        self.model, self.plan, self.tp, self.dp = model, plan, tp, plan.dp
+        self.stages, self.virtual, self.microbatches = stages, virtual, plan.num_microbatches
+        self.gathers_params = plan.zero_stage == 3 and (plan.dp > 1 or plan.offload_param != "none")
+        self.chunk_layers = layer_split(model.layers, stages * virtual)  # layers of virtual stage c·p + s
+        nodes_per_group = 2 + (tp > 1) + 3 * self.gathers_params
+        self.group_layers = _group_sizes(granularity, self.chunk_layers, 2 * stages * virtual * self.microbatches,
+                                         nodes_per_group)
+        self.graph = TaskGraph(stages, virtual, max(self.group_layers),
+                               max(n // k for n, k in zip(self.chunk_layers, self.group_layers)),
+                               chunk_layers=self.chunk_layers, group_sizes=self.group_layers)
+        r = recipe(plan.precision)
+        self.optim_bytes = r.K  # optimizer-state bytes per parameter
+        self.param_bytes, self.grad_bytes = r.bytes_per_param("params"), r.bytes_per_param("grads")
+        self.width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
+        b, sp, rc, att = plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.attention
+        self.layer_fwd_flops = layer_forward_flops(model, b) / tp
+        self.layer_bwd_flops = layer_backward_flops(model, b, rc, att) / tp
+        self.head_flops = head_forward_flops(model, b) / tp if head else 0.0
+        # element-wise kernels' bytes, forward and backward (plus what the backward recomputes)
+        ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=self.width, attention=att)
+        self.layer_fwd_bytes = ew["forward"]
+        self.layer_bwd_bytes = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"],
+                                                 "full": ew["forward"]}[rc]
+        self.message = 2 * self.width * b * model.seq * model.hidden
+        # SP: 2 all-gathers + 2 reduce-scatters per layer, the same cost as 2 all-reduces
+        self.tp_op, self.tp_per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)
+        # Megatron's scatter/gather (Narayanan et al. §4.1): each TP rank sends 1/t of the activation
+        self.send = Collective("p2p", self.message / tp, "pp")
+        self.layer_params = model.num_params / (tp * model.layers)  # parameters of one layer on one TP rank
+        self.layer_activation = self.activation(rc)
+        self.act_transient = 0.0 if rc == "none" else self.activation("none") - (
+            self.activation(rc) if rc == "selective" else 0)
+        self.order = schedule_order(plan.schedule, stages, self.microbatches, virtual)
+        self.computes: list[list[int]] = [[] for _ in range(stages)]
+        self.last_b = {}  # (stage, chunk) -> the micro-batch whose backward comes last
+        for s, kind, i, c in self.order:
+            if kind == "B":
+                self.last_b[(s, c)] = i
+
+    def activation(self, recompute: str) -> float:
+        """Bytes one layer keeps for its backward under ``recompute``."""
+        pl = self.plan
+        return self.width * self.model.activation_terms(pl.micro_batch_size, tp=self.tp, sp=pl.sequence_parallel,
+                                                        recompute=recompute, attention=pl.attention).total
+
+    def compute_work(self, forward: bool, layers: int, head: bool) -> Compute:
+        """A group of ``layers`` layers, forward or backward, with the output head's FLOPs when ``head``."""
+        if forward:
+            return Compute(layers * self.layer_fwd_flops + self.head_flops if head else layers * self.layer_fwd_flops,
+                           layers * self.layer_fwd_bytes)
+        return Compute(layers * self.layer_bwd_flops + 2 * self.head_flops if head else layers * self.layer_bwd_flops,
+                       layers * self.layer_bwd_bytes)
+
+    def tp_work(self, forward: bool, layers: int) -> Collective:
+        """The TP collectives of a group of ``layers`` layers (the backward's doubled by full recompute)."""
+        count = self.tp_per_layer * layers
+        if not forward:
+            count = count * (2 if self.plan.recompute == "full" else 1)
+        return Collective(self.tp_op, self.message, "tp", count)
+
+    def build(self) -> TaskGraph:
+        out: dict[tuple, int] = {}
+        for s, kind, i, c in self.order:
+            dep = dependency(kind, s, i, c, self.stages, self.virtual)
+            out[(kind, s, i, c)] = self.op(s, kind, i, c, out[dep] if dep else None)
+        self.step()
+        return self.graph.finish()
+
+    def gather(self, s, i, c, grp, deps) -> int:
+        """ZeRO-3: fetch (offloaded) shards and all-gather one layer group's parameters."""
+        params = self.layer_params * self.group_layers[c * self.stages + s]
+        g, pl, shard = self.graph, self.plan, params / self.dp * self.param_bytes
+        first = None
+        if pl.offload_param == "nvme":
+            first = deps = [g.add("nvme_read", "nvme", s, Copy("nvme_read", shard), deps, i, c, grp)]
+        if pl.offload_param != "none":
+            deps = [g.add("h2d", "h2d", s, Copy("h2d", shard), deps, i, c, grp)]
+            first = first or deps
+        if self.dp > 1:
+            work = Collective("all_gather", params * self.param_bytes, "dp")
+            deps = [g.add("zero3_gather", "dp_comm", s, work, deps, i, c, grp)]
+        g.mem((first or deps)[0], "zero3_gathered", params * self.param_bytes)
+        return deps[0]
+
+    def prefetch_after(self, s, n) -> tuple:
+        """ZeRO-3 prefetch, one group ahead: the gather for a stage's n-th compute starts once its
+        (n − 2)-th has ended, i.e. while the (n − 1)-th runs — across op boundaries too."""
+        return (self.computes[s][n - 2],) if n >= 2 else ()
+
+    def gather_next(self, s, i, c, groups, j, gathered, on_demand: bool, n0: int) -> None:
+        """ZeRO-3, before group j's compute: its own gather when on demand, else the next group's."""
+        if on_demand and j > 0:
+            gathered[j] = self.gather(s, i, c, groups[j], (self.computes[s][-1],))
+        if not on_demand and j + 1 < len(groups):
+            gathered[j + 1] = self.gather(s, i, c, groups[j + 1], self.prefetch_after(s, n0 + j + 1))
+
+    def op(self, s, kind, i, c, dep_node) -> int:
+        """One forward or backward of micro-batch i, chunk c on stage s; returns its output node."""
+        g, pl, fwd = self.graph, self.plan, kind == "F"
+        vs = c * self.stages + s
+        layers = self.group_layers[vs]
+        n_groups = self.chunk_layers[vs] // layers
+        group_params = self.layer_params * layers
+        last_vs = vs == self.stages * self.virtual - 1
+        groups = list(range(n_groups)) if fwd else list(reversed(range(n_groups)))
+        reduce_now = pl.zero_stage >= 2 or (not fwd and self.last_b[(s, c)] == i)
+        n0 = len(self.computes[s])  # this stage's compute nodes so far, in stream order
+        gathered = [None] * n_groups
+        on_demand = self.gathers_params and not fwd and BACKWARD_GATHER == "on_demand"
+        if self.gathers_params:
+            gathered[0] = self.gather(s, i, c, groups[0], self.prefetch_after(s, n0))
+        # Without overlap_comm, DeepSpeed's ZeRO-2/3 reduce each micro-step's gradients on the compute
+        # stream (stage_1_and_2.py, DeepSpeedZeroOptimizer.average_tensor: the current stream unless
+        # overlap_comm), so the next micro-step's first compute waits for the last reduction.
+        serial = g.last.get((s, "dp_comm")) if pl.zero_stage >= 2 and not pl.overlap_comm else None
+        prev, buckets = dep_node, _Buckets()
+        for j, grp in enumerate(groups):
+            if self.gathers_params:
+                self.gather_next(s, i, c, groups, j, gathered, on_demand, n0)
+            # TP collectives block the compute stream (Megatron calls them synchronously inside the
+            # layer), so an op's first group also waits for the previous op's last TP collective.
+            blocking = g.last.get((s, "tp_comm")) if j == 0 and self.tp > 1 else None
+            work = self.compute_work(fwd, layers, head=last_vs and grp == n_groups - 1)
+            comp = self.compute(s, fwd, work, (prev, gathered[j], blocking, serial if j == 0 else None),
+                                i, c, grp, layers)
+            prev = comp
+            if self.tp > 1:
+                prev = g.add("tp_comm", "tp_comm", s, self.tp_work(fwd, layers), (comp,), i, c, grp)
+            if not fwd and reduce_now:
+                self.fill_bucket(buckets, s, i, c, grp, comp, prev, group_params, last=j == n_groups - 1)
+        for params, _, waiting in buckets.closed:  # without overlap: after the whole backward
+            self.reduce(s, i, c, groups[-1], params, prev, waiting)
+        needs_send = self.stages > 1 and ((fwd and not last_vs) or (not fwd and vs > 0))
+        if not needs_send:
+            return prev
+        return g.add("send_fwd" if fwd else "send_bwd", "pp_comm", s, self.send, (prev,), i, c)
+
+    def compute(self, s, fwd, work, deps, i, c, grp, layers) -> int:
+        """A group's forward or backward on the compute stream, with its activation and gathered-parameter memory."""
+        g = self.graph
+        comp = g.add("forward" if fwd else "backward", "compute", s, work, deps, i, c, grp)
+        self.computes[s].append(comp)
+        act = self.layer_activation * layers
+        if fwd:
+            g.mem(comp, "activation", act)
+        else:
+            g.mem(comp, "activation", -act, at_end=True)
+            g.mem(comp, "activation", self.act_transient)
+            g.mem(comp, "activation", -self.act_transient, at_end=True)
+        if self.gathers_params:
+            g.mem(comp, "zero3_gathered", -(self.layer_params * layers) * self.param_bytes, at_end=True)
+        return comp
+
+    def fill_bucket(self, buckets: _Buckets, s, i, c, grp, comp, after, group_params, *, last: bool) -> None:
+        """Add a group's gradients to the open bucket; close it when full or at the op's last group
+        (and reduce it at once with ``overlap_comm``)."""
+        pl = self.plan
+        if pl.zero_stage >= 2 and self.dp > 1:  # the unreduced gradient waits in a bucket
+            self.graph.mem(comp, "comm_bucket", group_params * self.grad_bytes)
+            buckets.waiting.append(comp)
+        buckets.params += group_params
+        if buckets.params >= pl.reduce_bucket_size or last:
+            buckets.closed.append((buckets.params, after, buckets.waiting))
+            buckets.params, buckets.waiting = 0.0, []
+            if pl.overlap_comm:
+                self.reduce(s, i, c, grp, *buckets.closed.pop())
+
+    def reduce(self, s, i, c, grp, params, after, waiting) -> None:
+        """Reduce one bucket of gradients over DP (and copy its shard to the host when offloading)."""
+        g, pl, node = self.graph, self.plan, after
+        if self.dp > 1:
+            op = "all_reduce" if pl.zero_stage == 0 else "reduce_scatter"
+            work = Collective(op, params * self.grad_bytes, "dp")
+            node = g.add("grad_reduce", "dp_comm", s, work, (after,), i, c, grp)
+            freed = -len(waiting) * self.layer_params * self.group_layers[c * self.stages + s] * self.grad_bytes
+            g.mem(node, "comm_bucket", freed, at_end=True)
+        if pl.offload_optimizer != "none":
+            g.add("d2h", "d2h", s, Copy("d2h", params / self.dp * self.grad_bytes), (node,), i, c, grp)
+
+    def step(self) -> None:
+        """Gradient-norm sync, then the optimizer step on each stage, chunk by chunk."""
+        g, pl, dp = self.graph, self.plan, self.dp
+        ready = [[g.last.get((s, st)) for st in ("compute", "tp_comm", "dp_comm", "d2h")] for s in range(self.stages)]
+        if pl.gradient_clipping > 0 and pl.world_size > 1:
+            everyone = tuple(n for r in ready for n in r)
+            ready = [[g.add("grad_norm", "dp_comm", s, Collective("all_reduce", 4, "world"), everyone)]
+                     for s in range(self.stages)]
+        g_layers = self.group_layers[0] if len(set(self.group_layers)) == 1 else 1
+        unit = self.layer_params * g_layers  # the optimizer steps in chunks of whole groups
+        per_chunk = max(1, int(pl.allgather_bucket_size // unit))
+        for s in range(self.stages):
+            total = sum(self.chunk_layers[c * self.stages + s] for c in range(self.virtual)) // g_layers
+            for k, first in enumerate(range(0, total, per_chunk)):
+                full = unit * min(per_chunk, total - first)            # parameters of the chunk on this rank
+                shard = full / dp if pl.zero_stage >= 1 else full      # the part this rank updates
+                u = self.update(s, k, shard, ready[s])
+                if pl.zero_stage in (1, 2) and dp > 1:
+                    work = Collective("all_gather", full * self.param_bytes, "dp")
+                    g.add("param_gather", "dp_comm", s, work, (u,), group=k)
+
+    def update(self, s, k, shard, deps) -> int:
+        """Adam on ``shard`` parameters: on the GPU, or on the host with its transfers."""
+        g, pl, optim, param = self.graph, self.plan, self.optim_bytes, self.param_bytes
+        if pl.offload_optimizer == "none":
+            u = g.add("optimizer", "compute", s, Adam(shard, "gpu"), deps, group=k)
+            if pl.offload_param != "none":
+                u = g.add("d2h", "d2h", s, Copy("d2h", shard * param), (u,), group=k)
+        else:
+            if pl.offload_optimizer == "nvme":
+                deps = (g.add("nvme_read", "nvme", s, Copy("nvme_read", shard * optim), deps, group=k),)
+            u = g.add("cpu_adam", "cpu", s, Adam(shard, "cpu"), deps, group=k)
+            if pl.offload_optimizer == "nvme":
+                g.add("nvme_write", "nvme", s, Copy("nvme_write", shard * optim), (u,), group=k)
+            if pl.offload_param == "none":
+                u = g.add("h2d", "h2d", s, Copy("h2d", shard * param), (u,), group=k)
+        if pl.offload_param == "nvme":
+            u = g.add("nvme_write", "nvme", s, Copy("nvme_write", shard * param), (u,), group=k)
+        return u
+
+
+def build_graph(model, plan, *, granularity="auto", head: bool = True) -> TaskGraph:
+    """Lower (model, plan) to the TaskGraph of one step (see the module docstring).
+
+    ``granularity``: 'layer' (a node per layer), 'stage' (all layers of a model chunk in one node),
+    a number of layers per node, or 'auto' (per layer unless the graph would exceed MAX_NODES).
+    ``head``: count the output projection's FLOPs on the last stage.
+    """
+    return _Lowering(model, plan, granularity, head).build()

@@ -1,0 +1,1 @@
+"""Looking at a simulated step: matplotlib figures, Chrome/Perfetto traces, notebook explorers."""
