@@ -14,7 +14,7 @@ import torch
 
 from zero_ref.config.schema import AioConfig, OffloadOptimizerConfig
 from zero_ref.offload.link import Link
-from zero_ref.optim import adam_update_
+from zero_ref.kernels import adam_update_
 
 if TYPE_CHECKING:  # (the stages build partitions; this module only places their tensors)
     from zero_ref.stages.partition import Partition

@@ -1,0 +1,196 @@
+"""The import graph of zero_ref, sim and course: no cycles, no upward edges, no imports of a package's own face.
+
+Every import counts, at module level or inside a function (a lazy import still ties two modules together);
+imports under ``if TYPE_CHECKING:`` do not run and do not count. ``from pkg import name`` is an edge to the
+submodule ``pkg.name`` when there is one, else to ``pkg`` itself. A failure names each offending edge with
+the file and line of the import.
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("zero_ref", "sim", "course")
+
+# Which package may import which: a package never imports one to its right.
+PACKAGE_ORDER = ("zero_ref", "sim", "course")
+
+# zero_ref's wings from the bottom up: a module may import its own wing and the wings below, never one above.
+# A wing is a module or a sub-package (its name covers everything under it); the longest matching name wins,
+# and a module that no row names is in the top wing.
+WINGS = (
+    # torch-free: the memory formulas, the DeepSpeed config schema, the rank grid and the pipeline orders
+    ("floor", ("zero_ref.memory", "zero_ref.config", "zero_ref.parallel.topology", "zero_ref.parallel.schedules",
+               "zero_ref.lr_schedules", "zero_ref.kernels.roofline", "zero_ref.kernels.gpu_results")),
+    ("process", ("zero_ref.launcher", "zero_ref.launch", "zero_ref.forkserver", "zero_ref.accelerator",
+                 "zero_ref.rng", "zero_ref.measure", "zero_ref.profiling", "zero_ref.diagnostics")),
+    ("comm", ("zero_ref.comm", "zero_ref.collective_algorithms", "zero_ref.parallel.groups")),
+    ("math", ("zero_ref.optim", "zero_ref.kernels", "zero_ref.precision", "zero_ref.compression",
+              "zero_ref.models")),
+    ("parallel", ("zero_ref.parallel", "zero_ref.activation_checkpointing")),
+    ("stages", ("zero_ref.stages", "zero_ref.offload")),
+    ("checkpoint", ("zero_ref.checkpoint",)),
+    ("top", ("zero_ref",)),
+)
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the packages, by dotted name (a package by its ``__init__.py``)."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if all((ROOT / Path(*parts[:i]) / "__init__.py").exists() for i in range(1, len(parts))):
+                out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+           (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """``(node, None)`` for each import statement that runs, outside ``if TYPE_CHECKING:`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _known(name: str, modules) -> str | None:
+    """``name`` or its longest prefix that is one of ``modules``."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(modules: dict[str, Path] | None = None) -> dict[str, dict[str, list[str]]]:
+    """``{importer: {imported: ["file:line", ...]}}`` over the modules of the packages."""
+    modules = modules or module_files()
+    graph: dict[str, dict[str, list[str]]] = {m: defaultdict(list) for m in modules}
+    for mod, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [_known(a.name, modules) for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = mod.split(".")[: len(mod.split(".")) - node.level + (1 if is_pkg else 0)]
+                    base = ".".join(anchor + ([base] if base else []))
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    targets.append(sub if sub in modules else _known(base, modules))
+            for t in targets:
+                if t is not None and t != mod and where not in graph[mod][t]:
+                    graph[mod][t].append(where)
+    return graph
+
+
+def cycles(graph) -> list[list[str]]:
+    """One cycle through each strongly connected component of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]; counter[0] += 1
+        stack.append(root); on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]; counter[0] += 1
+                    stack.append(w); on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                scc = []
+                while True:
+                    w = stack.pop(); on.discard(w); scc.append(w)
+                    if w == v:
+                        break
+                if len(scc) > 1:
+                    sccs.append(set(scc))
+    out = []
+    for scc in sccs:  # the shortest way from the component's first module back to itself (breadth-first)
+        start, prev, frontier = min(scc), {}, [min(scc)]
+        while start not in prev:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v]):
+                    if w in scc and w not in prev:
+                        prev[w] = v
+                        nxt.append(w)
+            frontier = nxt
+        path, v = [start], prev[start]
+        while v != start:
+            path.append(v)
+            v = prev[v]
+        out.append([start, *reversed(path)])
+    return out
+
+
+def wing(module: str) -> int:
+    """The row of ``WINGS`` that holds ``module`` (the longest matching name)."""
+    best, rank = -1, len(WINGS) - 1
+    for i, (_, names) in enumerate(WINGS):
+        for n in names:
+            if (module == n or module.startswith(n + ".")) and len(n) > best:
+                best, rank = len(n), i
+    return rank
+
+
+def _edge(graph, a, b) -> str:
+    return f"{a} -> {b} ({', '.join(graph[a][b])})"
+
+
+GRAPH = import_graph()
+
+
+def test_the_graph_sees_the_packages():
+    assert {"zero_ref", "zero_ref.comm", "sim", "course.build"} <= set(GRAPH)
+    assert "zero_ref.comm" in GRAPH["zero_ref.stages.zero1"]
+
+
+def test_no_import_cycles():
+    found = cycles(GRAPH)
+    msg = "\n".join("cycle: " + "  ->  ".join(c) + "\n  " + "\n  ".join(_edge(GRAPH, a, b) for a, b in zip(c, c[1:]))
+                    for c in found)
+    assert not found, f"{len(found)} import cycle(s) (break one edge of each):\n{msg}"
+
+
+def test_packages_import_only_downwards():
+    bad = [_edge(GRAPH, a, b) for a in GRAPH for b in GRAPH[a]
+           if PACKAGE_ORDER.index(b.split(".")[0]) > PACKAGE_ORDER.index(a.split(".")[0])]
+    assert not bad, "upward imports between packages (zero_ref < sim < course):\n" + "\n".join(bad)
+
+
+def test_no_module_imports_its_own_package_face():
+    bad = [_edge(GRAPH, a, b) for a in GRAPH for b in GRAPH[a] if a.startswith(b + ".")]
+    assert not bad, "modules importing their own package's __init__ (import the defining module):\n" + "\n".join(bad)
+
+
+def test_zero_ref_wings_import_only_downwards():
+    bad = [f"{_edge(GRAPH, a, b)}: {WINGS[wing(a)][0]} imports {WINGS[wing(b)][0]}"
+           for a in GRAPH if a.startswith("zero_ref") for b in GRAPH[a] if wing(b) > wing(a)]
+    order = " < ".join(name for name, _ in WINGS)
+    assert not bad, f"upward imports between zero_ref's wings ({order}):\n" + "\n".join(bad)
