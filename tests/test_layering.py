@@ -50,12 +50,11 @@ def module_files() -> dict[str, Path]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-           (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
 
 
 def _imports(tree: ast.AST):
-    """``(node, None)`` for each import statement that runs, outside ``if TYPE_CHECKING:`` blocks."""
+    """Each import statement that runs: anywhere in the module, except in ``if TYPE_CHECKING:`` blocks."""
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -87,8 +86,9 @@ def import_graph(modules: dict[str, Path] | None = None) -> dict[str, dict[str, 
                 targets = [_known(a.name, modules) for a in node.names]
             else:
                 base = node.module or ""
-                if node.level:
-                    anchor = mod.split(".")[: len(mod.split(".")) - node.level + (1 if is_pkg else 0)]
+                if node.level:  # relative: from the module's package (a package's own name), up level - 1
+                    parts = mod.split(".")
+                    anchor = parts[: len(parts) - node.level + int(is_pkg)]
                     base = ".".join(anchor + ([base] if base else []))
                 for a in node.names:
                     sub = f"{base}.{a.name}"
@@ -99,40 +99,24 @@ def import_graph(modules: dict[str, Path] | None = None) -> dict[str, dict[str, 
     return graph
 
 
+def _reach(graph, start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others."""
+    seen, todo = set(), list(graph[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    return seen
+
+
 def cycles(graph) -> list[tuple[list[str], list[str]]]:
     """``(cycle, members)`` for each strongly connected component of more than one module: a shortest cycle
-    through its first module, and all its modules (Tarjan's algorithm, iterative)."""
-    index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter[0]; counter[0] += 1
-        stack.append(root); on.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = counter[0]; counter[0] += 1
-                    stack.append(w); on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                scc = []
-                while True:
-                    w = stack.pop(); on.discard(w); scc.append(w)
-                    if w == v:
-                        break
-                if len(scc) > 1:
-                    sccs.append(set(scc))
+    through its first module, and all its modules."""
+    reach = {m: _reach(graph, m) for m in graph}
+    sccs = {frozenset({m} | {w for w in reach[m] if m in reach[w]}) for m in graph if m in reach[m]}
     out = []
-    for scc in sccs:  # the shortest way from the component's first module back to itself (breadth-first)
+    for scc in sorted(sccs, key=min):  # breadth-first: the shortest way from its first module back to itself
         start, prev, frontier = min(scc), {}, [min(scc)]
         while start not in prev:
             nxt = []
@@ -197,6 +181,7 @@ def test_no_module_imports_its_own_package_face():
 
 def test_zero_ref_wings_import_only_downwards():
     inside = [(a, b) for a in GRAPH for b in GRAPH[a] if _package(a) == _package(b) == "zero_ref"]
-    bad = [f"{_edge(GRAPH, a, b)}: {WINGS[wing(a)][0]} imports {WINGS[wing(b)][0]}" for a, b in inside if wing(b) > wing(a)]
+    bad = [f"{_edge(GRAPH, a, b)}: {WINGS[wing(a)][0]} imports {WINGS[wing(b)][0]}"
+           for a, b in inside if wing(b) > wing(a)]
     order = " < ".join(name for name, _ in WINGS)
     assert not bad, f"upward imports between zero_ref's wings ({order}):\n" + "\n".join(bad)
