@@ -138,7 +138,7 @@ def worker_3d(rank, world, m, steps, warmup, seed):
 
     from zero_ref.models import GPT, GPTConfig, make_batch
     from zero_ref.parallel.groups import build_groups
-    from zero_ref.parallel.three_d import ThreeD
+    from zero_ref.recipes.three_d import ThreeD
     from zero_ref.parallel.topology import Topology
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -21,7 +21,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat.v4.nbbase import random_cell_id
 
+from course import edition
 from course.assign import BEGIN, END, solution_regions, tags, task_ids, where
+from course.syllabus import chapter, title_markdown
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 SECTIONS = ("Concept", "Code", "Picture", "Common misconceptions", "Exercises", "Summary")
@@ -36,8 +38,6 @@ class BuildError(Exception):
 
 def chapter_for(path: Path):
     """The syllabus chapter of ``notebooks/chNN_<slug>.ipynb`` (number and slug must match)."""
-    from course.syllabus import chapter  # imported late: the syllabus is written separately
-
     m = NAME.match(path.name)
     if not m:
         raise BuildError(f"{path}: name must be chNN_<slug>.ipynb")
@@ -51,8 +51,6 @@ def chapter_for(path: Path):
 
 
 def title_cell(ch):
-    from course.syllabus import title_markdown
-
     return nbformat.v4.new_markdown_cell(title_markdown(ch), id="title",
                                          metadata={"tags": ["syllabus"]})
 
@@ -120,8 +118,6 @@ def problems(nb, number: int, title: str | None, executed: bool = True) -> list[
 def check_file(path: Path) -> list[str]:
     try:
         ch = chapter_for(path)
-        from course.syllabus import title_markdown
-
         return problems(nbformat.read(path, as_version=4), ch.number, title_markdown(ch))
     except BuildError as e:
         return [str(e).removeprefix(f"{path}: ")]
@@ -160,8 +156,6 @@ def build_file(path: Path) -> None:
 
 def new_notebook(n: int):
     """Template for chapter ``n``: title, the section headings, one example exercise pair."""
-    from course.syllabus import chapter
-
     ch = chapter(n)
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     task = f"{n}.1"
@@ -197,12 +191,8 @@ def main(argv=None) -> int:
     p.add_argument("--lang", choices=("zh",), help="write that edition from its translations; execute nothing")
     args = p.parse_args(argv)
     if args.lang:
-        from course import edition
-
         return edition.main(["build", *map(str, args.notebooks), "--lang", args.lang])
     if args.new is not None:
-        from course.syllabus import chapter
-
         try:
             path = NOTEBOOKS / chapter(args.new).notebook
         except ValueError as e:

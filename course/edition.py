@@ -30,6 +30,8 @@ from pathlib import Path
 
 import nbformat
 
+from course.syllabus import readme_table
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 I18N = ROOT / "course" / "i18n"
@@ -169,8 +171,6 @@ def build(notebooks: list[Path] | None = None, lang: str = "zh") -> list[Path]:
 
 def refresh_readme(readme: Path = ROOT / "README.md") -> bool:
     """Rewrite the README's generated chapter table (it links each chapter's built editions); True if changed."""
-    from course.syllabus import readme_table
-
     text = readme.read_text(encoding="utf-8")
     new = re.sub(r"(<!-- chapters:start[^\n]*-->\n).*?(\n<!-- chapters:end -->)",
                  lambda m: m[1] + readme_table() + m[2], text, count=1, flags=re.S)

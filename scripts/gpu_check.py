@@ -845,7 +845,7 @@ class SDPAttention(torch.nn.Module):
         self.n_heads, self.p, self.qkv, self.proj = attn.n_heads, attn.p, attn.qkv, attn.proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from zero_ref.models.gpt import dropout
+        from zero_ref.models.dropout import dropout
 
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)

@@ -28,6 +28,8 @@ import threading
 import time
 import warnings
 
+from zero_ref.launch_rank import run_rank
+
 PRELOAD = ("torch", "torch.distributed", "cloudpickle", "zero_ref.launcher")
 IDLE_EXIT_S = 600.0
 # Variables that change while the caller runs and that no preloaded module reads (pytest sets this one per test).
@@ -192,7 +194,6 @@ def _child(request: dict, replies) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = ["-c", *request["argv"]]
-        from zero_ref.launcher import _rank_main
-        _rank_main()
+        run_rank()
     finally:
         os._exit(1)

@@ -28,16 +28,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import traceback
 from datetime import timedelta
 
 import cloudpickle
 
 from zero_ref import forkserver
+from zero_ref.launch_rank import HOST, rank_file
 
-_HOST = "127.0.0.1"
 _TEARDOWN_GRACE_S = 10.0  # how long finished ranks get to exit before they are killed
 
 
@@ -84,7 +82,7 @@ def launch(fn, world_size: int, *args, timeout: float = 300.0, backend: str = "g
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     import torch.distributed as dist
 
-    store = dist.TCPStore(_HOST, 0, world_size + 1, is_master=True, wait_for_workers=False,
+    store = dist.TCPStore(HOST, 0, world_size + 1, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout + 60))
     with tempfile.TemporaryDirectory(prefix="zero_ref_launch_") as workdir:
         with open(os.path.join(workdir, "payload.pkl"), "wb") as f:
@@ -97,8 +95,8 @@ def launch(fn, world_size: int, *args, timeout: float = 300.0, backend: str = "g
             for r in range(world_size):
                 argv = [str(a) for a in (workdir, r, world_size, store.port, backend, threads, timeout + 60,
                                          forks.pid if forks else os.getpid())]  # a rank exits when this one does
-                procs.append(forks.fork(argv, env, _path(workdir, r, "exit")) if forks else subprocess.Popen(
-                    [sys.executable, "-c", "from zero_ref.launcher import _rank_main; _rank_main()", *argv],
+                procs.append(forks.fork(argv, env, rank_file(workdir, r, "exit")) if forks else subprocess.Popen(
+                    [sys.executable, "-c", "from zero_ref.launch_rank import run_rank; run_rank()", *argv],
                     env=env, stdin=subprocess.DEVNULL, start_new_session=True))  # own process group
             _watch(procs, workdir, timeout)
             results = [_load(workdir, r) for r in range(world_size)]
@@ -110,19 +108,12 @@ def launch(fn, world_size: int, *args, timeout: float = 300.0, backend: str = "g
             del store
 
 
-# ------------------------------------------------------------------ parent side
-
-
-def _path(workdir: str, rank: int, kind: str) -> str:
-    return os.path.join(workdir, f"rank{rank}.{kind}")
-
-
 def _watch(procs, workdir: str, timeout: float) -> None:
     """Block until every rank returned; raise on the first failure or at the deadline."""
     n = len(procs)
     deadline = time.monotonic() + timeout
     while True:
-        returned = [r for r in range(n) if os.path.exists(_path(workdir, r, "result"))]
+        returned = [r for r in range(n) if os.path.exists(rank_file(workdir, r, "result"))]
         failed = _failures(procs, workdir)
         if failed:
             first = failed[0]
@@ -134,7 +125,7 @@ def _watch(procs, workdir: str, timeout: float) -> None:
         if time.monotonic() > deadline:
             _reap(procs)
             unfinished = [r for r in range(n) if r not in returned]
-            tails = {r: _tail(_path(workdir, r, "stderr")) for r in unfinished}
+            tails = {r: _tail(rank_file(workdir, r, "stderr")) for r in unfinished}
             raise RankTimeout(unfinished, returned, timeout, tails)
         time.sleep(0.02)
 
@@ -143,14 +134,14 @@ def _failures(procs, workdir: str) -> list[tuple[float, int, str]]:
     """Ranks that raised (error file) or died without a result, ordered by when they failed."""
     out = []
     for r, p in enumerate(procs):
-        err = _path(workdir, r, "error")
+        err = rank_file(workdir, r, "error")
         if os.path.exists(err):
             with open(err) as f:
                 out.append((os.path.getmtime(err), r, f.read()))
-        elif p.poll() is not None and not os.path.exists(_path(workdir, r, "result")):
+        elif p.poll() is not None and not os.path.exists(rank_file(workdir, r, "result")):
             code = p.returncode
             how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-            details = f"the process {how} before returning a result.\n{_tail(_path(workdir, r, 'stderr'))}"
+            details = f"the process {how} before returning a result.\n{_tail(rank_file(workdir, r, 'stderr'))}"
             out.append((time.time(), r, details))
     return sorted(out)
 
@@ -180,13 +171,13 @@ def _reap(procs) -> None:
 
 
 def _load(workdir: str, rank: int):
-    with open(_path(workdir, rank, "result"), "rb") as f:
+    with open(rank_file(workdir, rank, "result"), "rb") as f:
         return pickle.load(f)
 
 
 def _echo(workdir: str, world_size: int) -> None:
     for r in range(world_size):
-        with open(_path(workdir, r, "stdout")) as f:
+        with open(rank_file(workdir, r, "stdout")) as f:
             text = f.read()
         for line in text.splitlines():
             print(f"[rank {r}] {line}")
@@ -198,73 +189,3 @@ def _tail(path: str, lines: int = 30) -> str:
             return "".join(f.readlines()[-lines:])
     except FileNotFoundError:
         return ""
-
-
-# ------------------------------------------------------------------ child side
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)  # the parent never sees a half-written result
-
-
-def _redirect(path: str, fd: int) -> None:
-    # At the file-descriptor level, so C++ (gloo) output is captured too.
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(target, fd)
-    os.close(target)
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def _rank_main():
-    workdir, rank, world_size, port, backend, threads, pg_timeout_s, parent_pid = sys.argv[1:]
-    rank, world_size, port, threads, parent_pid = map(int, (rank, world_size, port, threads, parent_pid))
-    pg_timeout_s = float(pg_timeout_s)
-    _exit_with_parent(parent_pid)
-    _redirect(_path(workdir, rank, "stdout"), 1)
-    _redirect(_path(workdir, rank, "stderr"), 2)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
-    os.environ.update(MASTER_ADDR=_HOST, MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
-    status = 1
-    try:
-        import torch
-        import torch.distributed as dist
-
-        torch.set_num_threads(threads)
-        with open(os.path.join(workdir, "payload.pkl"), "rb") as f:
-            fn, args = cloudpickle.loads(f.read())
-        timeout = timedelta(seconds=pg_timeout_s)
-        store = dist.TCPStore(_HOST, port, is_master=False, timeout=timeout)
-        if backend == "nccl":
-            torch.cuda.set_device(rank % torch.cuda.device_count())
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-        result = fn(rank, world_size, *args)
-        try:
-            data = pickle.dumps(result)
-        except Exception:
-            data = cloudpickle.dumps(result)
-        _write_atomic(_path(workdir, rank, "result"), data)
-        status = 0
-        # Leave only when every rank has returned, so no peer loses bytes still in flight to us.
-        store.set(f"zero_ref/returned/{rank}", "1")
-        store.wait([f"zero_ref/returned/{r}" for r in range(world_size)])
-        dist.destroy_process_group()
-    except BaseException:
-        if status != 0:
-            _write_atomic(_path(workdir, rank, "error"), traceback.format_exc().encode())
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)

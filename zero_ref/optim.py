@@ -3,6 +3,7 @@
 The arithmetic is torch.optim.AdamW's (and Adam's, for ``adamw=False``, where weight decay is
 L2 added to the gradient), op for op, so a partitioned run matches the single-process optimizer
 to the last bit on CPU. DeepSpeed's Adam has the same semantics (bias correction on by default).
+The fused kernels build on this step: ``zero_ref.kernels.adam_update_`` runs it, or one of them, on lists.
 """
 from __future__ import annotations
 
@@ -58,34 +59,3 @@ def adam_step_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, e
     step_size = cfg.lr / (1 - b1**step)
     denom = (exp_avg_sq.sqrt() / (1 - b2**step) ** 0.5).add_(cfg.eps)
     param.addcdiv_(exp_avg, denom, value=-step_size)
-
-
-KERNELS = ("torch", "numba", "cuda")  # what a stage's optimizer step can run on its partition
-
-
-def adam_update_(params, grads, exp_avgs, exp_avg_sqs, step: int, cfg: AdamConfig, kernel: str = "torch") -> None:
-    """One Adam(W) step on a tensor each, or on lists of tensors, with ``kernel``: ``"torch"``, ``adam_step_``
-    (bit for bit torch.optim.AdamW); ``"numba"``, zero_ref.kernels' fused CPU kernel, one pass as DeepSpeed's
-    FusedAdam and DeepSpeedCPUAdam make (its IEEE sqrt differs from torch's in the last bit of some elements);
-    ``"cuda"``, the CUDA extension's."""
-    if isinstance(params, torch.Tensor):
-        params, grads, exp_avgs, exp_avg_sqs = [params], [grads], [exp_avgs], [exp_avg_sqs]
-    if kernel == "torch":
-        for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
-            adam_step_(p, g, m, v, step, cfg)
-        return
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown Adam kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
-    from zero_ref.kernels import adam_step
-    if kernel == "cuda":
-        adam_step(params, grads, exp_avgs, exp_avg_sqs, step, cfg, backend="cuda")
-        return
-    import numba
-    threads = torch.get_num_threads()
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # the rank's share of the cores
-    try:
-        adam_step(params, grads, exp_avgs, exp_avg_sqs, step, cfg, backend="numba")
-    finally:
-        # Numba's OpenMP layer sets the process's OpenMP thread count, which is torch's too: restore it, or
-        # later torch reductions silently run on more threads (and add in another order).
-        torch.set_num_threads(threads)

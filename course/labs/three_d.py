@@ -35,6 +35,9 @@ from zero_ref import comm
 from zero_ref.measure import unique_storage_bytes
 from zero_ref.models import GPT, GPTConfig
 from zero_ref.optim import AdamConfig
+from zero_ref.parallel.groups import build_groups
+from zero_ref.parallel.topology import Topology
+from zero_ref.recipes.three_d import ThreeD
 
 TEXT = Path(__file__).resolve().parent / "corpus.txt"
 CFG = GPTConfig(vocab_size=256, seq_len=32, d_model=64, n_heads=4, n_layers=4)
@@ -77,10 +80,6 @@ def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, glo
         microbatches: int = 4, schedule: str = "1f1b", virtual: int = 1, check: bool = False,
         save: str | None = None, save_at: int | None = None, resume: str | None = None) -> dict:
     """Train; every rank returns its losses, step times, memory and communication bytes."""
-    from zero_ref.parallel.groups import build_groups
-    from zero_ref.parallel.three_d import ThreeD
-    from zero_ref.parallel.topology import Topology
-
     topo = Topology.for_world(world, tp=tp, pp=pp)
     pg = build_groups(topo)
     trainer = ThreeD(build_model(), pg, microbatches=microbatches, schedule=schedule, virtual=virtual, adam=ADAM)

@@ -228,7 +228,7 @@ def test_offload_on_cuda_close_to_device_step(stage):
 def test_the_numba_step_leaves_torch_threads_alone():
     # Numba's OpenMP threading layer calls omp_set_num_threads, which is torch's thread count too: after a
     # Numba step a rank running 1 intra-op thread would silently run 2 (and reduce in another order).
-    from zero_ref.optim import adam_update_
+    from zero_ref.kernels import adam_update_
     p = torch.zeros(50_000)
     adam_update_([p], [torch.ones_like(p)], [torch.zeros_like(p)], [torch.zeros_like(p)], 1, ADAM, "numba")
     assert torch.get_num_threads() == 1 and p[0].item() != 0

@@ -43,7 +43,7 @@ def reference(cfg):
 def train_3d(rank, world, runs, ckpt):
     from zero_ref import comm
     from zero_ref.parallel.groups import build_groups
-    from zero_ref.parallel.three_d import ThreeD
+    from zero_ref.recipes.three_d import ThreeD
 
     pg = build_groups(Topology(tp=2, pp=2, dp=2))
     out = []
@@ -104,7 +104,7 @@ def _fake_groups(tp=2, pp=2, dp=2):
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_zero_2_and_3_with_pipeline_are_refused_with_the_reason(stage):
-    from zero_ref.parallel.three_d import ThreeD
+    from zero_ref.recipes.three_d import ThreeD
     with pytest.raises(ValueError, match=rf"ZeRO stage {stage} cannot be combined with pipeline parallelism.*"
                                          r"m times the data-parallel traffic"):
         ThreeD(build(TIED), _fake_groups(), microbatches=2, zero_stage=stage)
@@ -116,7 +116,7 @@ def test_zero_2_and_3_with_pipeline_are_refused_with_the_reason(stage):
 
 
 def test_bad_3d_settings_are_clear_errors():
-    from zero_ref.parallel.three_d import ThreeD
+    from zero_ref.recipes.three_d import ThreeD
     with pytest.raises(ValueError, match="zero_stage must be one of"):
         ThreeD(build(TIED), _fake_groups(), microbatches=2, zero_stage=5)
     with pytest.raises(ValueError, match="gradient_clipping"):

@@ -47,6 +47,7 @@ from zero_ref.config.rules import ConfigRules
 from zero_ref.config.schema import (ADAM_TYPES, DEEPSPEED_OPTIMIZERS, SCHEDULER_PARAMS, AioConfig, Config,
                                     OffloadOptimizerConfig, OffloadParamConfig, OptimizerConfig, SchedulerConfig,
                                     defaults_table, format_defaults, kind_of as _kind, section_types, show as _show)
+from zero_ref.memory import offload_placement
 
 __all__ = ["ConfigError", "ConfigWarning", "Config", "parse", "problems", "load", "resolve_batch", "offload_sections",
            "defaults_table", "format_defaults", "model_state_placement"]
@@ -451,7 +452,6 @@ def model_state_placement(cfg: Config, num_params: int) -> dict:
     """Bytes of model states one rank holds on each tier (gpu / cpu / nvme) under this config, by
     zero_ref.memory's formulas: stage, precision, offload devices and the data-parallel size of
     ``cfg.batch`` (parse with ``dp=``)."""
-    from zero_ref.memory import offload_placement
     if cfg.batch is None:
         raise ConfigError("dp", "dp: parse the config with dp=... first (the data-parallel size divides the states)")
     z = cfg.zero_optimization

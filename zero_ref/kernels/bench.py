@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from zero_ref.kernels import AdamTensors, adam_step
+from zero_ref.kernels.adam import AdamTensors, adam_step
 from zero_ref.optim import AdamConfig
 
 STREAM = "stream (4 reads + 3 writes)"

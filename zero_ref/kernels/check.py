@@ -1,8 +1,12 @@
 """Agreement of a backend with torch.optim.AdamW (or Adam with L2) over several steps."""
 from __future__ import annotations
 
+import json
+import sys
+
 import torch
 
+from zero_ref.kernels.adam import adam_step
 from zero_ref.optim import AdamConfig
 
 
@@ -16,8 +20,6 @@ def compare_with_torch(backend: str, sizes=(1, 7, 1000), steps: int = 10, adamw:
     over the tensors), ``moments_rel_error`` (the same over exp_avg and exp_avg_sq), and bit-for-bit
     equality: ``exp_avg_equal``, ``exp_avg_sq_equal``, ``moments_equal`` (both) and ``params_equal``.
     """
-    from zero_ref.kernels import adam_step
-
     gen = torch.Generator().manual_seed(seed)
     params = [torch.randn(n, generator=gen).to(device) for n in sizes]
     ref = [p.clone().requires_grad_() for p in params]
@@ -50,3 +52,15 @@ def compare_with_torch(backend: str, sizes=(1, 7, 1000), steps: int = 10, adamw:
 
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     return ((x - ref).abs().max() / ref.abs().max()).item()
+
+
+def numba_cuda_in_the_simulator(sizes, steps, seed) -> dict:
+    """``numba_cuda.simulate``'s run, in the process it starts with ``NUMBA_ENABLE_CUDASIM=1``."""
+    result = {"sizes": list(sizes), "steps": steps}
+    for mode, adamw in (("adamw", True), ("adam_l2", False)):
+        result[mode] = compare_with_torch("numba_cuda", sizes, steps, adamw=adamw, seed=seed)["max_rel_error"]
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(numba_cuda_in_the_simulator(**json.loads(sys.argv[1]))))

@@ -105,22 +105,8 @@ def simulate(sizes=(1, 7, 300), steps: int = 10, seed: int = 0, timeout: float =
     """
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     args = json.dumps({"sizes": list(sizes), "steps": steps, "seed": seed})
-    out = subprocess.run([sys.executable, "-m", "zero_ref.kernels.numba_cuda", args], env=env,
+    out = subprocess.run([sys.executable, "-m", "zero_ref.kernels.check", args], env=env,
                          capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(f"the simulator run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _simulated_run(sizes, steps, seed) -> dict:
-    from zero_ref.kernels.check import compare_with_torch
-
-    assert simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
-    result = {"sizes": list(sizes), "steps": steps}
-    for mode, adamw in (("adamw", True), ("adam_l2", False)):
-        result[mode] = compare_with_torch("numba_cuda", sizes, steps, adamw=adamw, seed=seed)["max_rel_error"]
-    return result
-
-
-if __name__ == "__main__":
-    print(json.dumps(_simulated_run(**json.loads(sys.argv[1]))))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from zero_ref.memory import transformer_param_count
+from zero_ref.models.dropout import dropout
 
 
 @dataclass
@@ -72,13 +73,6 @@ class GPTConfig:
                                        seq_len=self.seq_len, ffn_hidden=self.ffn,
                                        bias=self.bias, tied=self.tie_embeddings, gated=self.mlp == "swiglu",
                                        norm=self.norm, heads=self.n_heads, kv_heads=self.kv_heads)
-
-
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Dropout that saves a 1-byte mask for backward (what the fused CUDA kernel does)."""
-    if not training or p == 0.0:
-        return x
-    return torch.native_dropout(x, p, True)[0]
 
 
 class RMSNorm(nn.Module):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from zero_ref.config import offload_sections
+from zero_ref.measure import storage_key, unique_storage_bytes
 from zero_ref.offload.link import Link
 from zero_ref.offload.optimizer import CPU_ADAM, OptimizerOffload
 from zero_ref.offload.params import ParamOffload
@@ -37,7 +38,6 @@ def tier_bytes(opt) -> dict[str, dict[str, int]]:
     """Bytes this rank holds per tier and category, measured: storage bytes of the tensors on the device
     ("gpu") and on the host ("cpu"), file sizes on disk ("nvme"). Same keys as ``memory.offload_placement``;
     the NVMe step's swap buffers (transient, not model states) are reported apart as ``cpu_buffers``."""
-    from zero_ref.measure import storage_key, unique_storage_bytes
     host = []
     if opt.offload is not None:
         host += opt.offload.host_tensors(opt.buckets)

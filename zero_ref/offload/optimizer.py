@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from zero_ref.config.schema import AioConfig, OffloadOptimizerConfig
+from zero_ref.kernels import adam_update_
+from zero_ref.offload import nvme
 from zero_ref.offload.link import Link
-from zero_ref.optim import adam_update_
 
 if TYPE_CHECKING:  # (the stages build partitions; this module only places their tensors)
     from zero_ref.stages.partition import Partition
@@ -52,7 +53,6 @@ class OptimizerOffload:
         states and free their host copies (parameter partitions on NVMe are written in the same version)."""
         if not self.nvme:
             return
-        from zero_ref.offload import nvme
         plan = nvme.sub_group_plan([b.layout.shard_numel for b in buckets], self.sub_group_size)
         self.sub_groups = groups = [[buckets[i] for i in g] for g in plan]
         numels = [sum(b.layout.shard_numel for b in g) for g in groups]

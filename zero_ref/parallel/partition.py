@@ -11,13 +11,17 @@ per-layer cost, e.g. measured time.
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from zero_ref.models.gpt import GPT, dropout
+from zero_ref.models.dropout import dropout
 from zero_ref.parallel.tensor import TensorParallelGPT
+
+if TYPE_CHECKING:
+    from zero_ref.models.gpt import GPT
 
 
 def partition(costs: list[float], parts: int) -> list[range]:

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from zero_ref import comm
+from zero_ref.measure import saved_activation_bytes
 from zero_ref.parallel.partition import GPTStage, partition, split_gpt  # noqa: F401  (re-exported)
 from zero_ref.parallel.schedules import check_schedule, stage_order
 
@@ -245,7 +246,6 @@ class Pipeline:
     def _forward(self, chunk: nn.Module, x: torch.Tensor, targets):
         if not self.measure_memory:
             return chunk(x, targets), 0
-        from zero_ref.measure import saved_activation_bytes
         with saved_activation_bytes(chunk) as saved:
             out = chunk(x, targets)
         return out, saved.total

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -35,10 +36,13 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from zero_ref import comm
-from zero_ref.models.gpt import GPT, Block, CausalSelfAttention, MLP, dropout
+from zero_ref.models.dropout import dropout
 from zero_ref.parallel.mappings import (_LinearGatherSequence, copy_to_tp, gather_from_sequence,  # noqa: F401
                                         gather_from_tp, reduce_from_tp, reduce_scatter_to_sequence,
                                         scatter_to_sequence, scatter_to_tp)
+
+if TYPE_CHECKING:  # (built from the course GPT's modules; the layers read only their weights and sizes)
+    from zero_ref.models.gpt import GPT, MLP, Block, CausalSelfAttention
 
 
 def shard(t: torch.Tensor, dim: int, rank: int, size: int, chunks: int = 1) -> torch.Tensor:

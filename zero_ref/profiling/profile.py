@@ -53,6 +53,9 @@ import torch.distributed as dist
 
 from zero_ref import comm
 from zero_ref.launcher import launch
+from zero_ref.models import GPT, Block, GPTConfig, make_batch
+from zero_ref.optim import AdamConfig
+from zero_ref.stages import STAGES
 
 # The course GPT (benchmarks/zero_stages.py): 4 blocks, d 256, vocab 1024, seq 64, 3.44M parameters.
 COURSE_GPT = dict(vocab_size=1024, seq_len=64, d_model=256, n_heads=4, n_layers=4)
@@ -192,9 +195,6 @@ def timed_comm(phase: dict):
 
 
 def _build(spec: StepSpec, cfg):
-    from zero_ref.models import GPT, Block
-    from zero_ref.optim import AdamConfig
-    from zero_ref.stages import STAGES
     torch.manual_seed(0)
     model = GPT(cfg)
     extra = {"unit_modules": (Block,)} if spec.stage == 3 else {}
@@ -239,7 +239,6 @@ def _view(row: dict, clock: str) -> dict:
 
 
 def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, sweep_trials, seed):
-    from zero_ref.models import GPTConfig, make_batch
     cfg = GPTConfig(**model)
     specs = {name: StepSpec(**s) for name, s in specs.items()}
     m0 = min(s.micro_batch for s in specs.values()) if specs else 4

@@ -19,13 +19,13 @@ from dataclasses import asdict
 import torch.distributed as dist
 
 from zero_ref.launcher import launch
+from zero_ref.models import GPTConfig, make_batch
 from zero_ref.profiling.profile import COURSE_GPT, StepSpec, _build, _one_step
 
 
 def _trace_rank(rank, world, spec, model, steps, warmup, out_dir, seed):
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from zero_ref.models import GPTConfig, make_batch
     cfg = GPTConfig(**model)
     spec = StepSpec(**spec)
     model_, opt = _build(spec, cfg)

@@ -54,9 +54,10 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zero_ref import comm, offload
+from zero_ref.kernels import KERNELS, adam_update_
 from zero_ref.stages.flat import FlatLayout
 from zero_ref.stages.partition import Partition
-from zero_ref.optim import KERNELS, AdamConfig, adam_update_
+from zero_ref.optim import AdamConfig
 from zero_ref.precision import PRECISIONS as DTYPES
 
 

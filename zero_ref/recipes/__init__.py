@@ -1,0 +1,1 @@
+"""Recipes: training set-ups that compose the wings below (parallel layers, ZeRO stages, checkpoints)."""
