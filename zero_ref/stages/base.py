@@ -32,18 +32,19 @@ gradient to accumulate into (stages 2–3 reduce every micro-step).
 A stage is this class plus a few of its extension points, each a method a subclass overrides:
 
     extension point           called                            ddp  z1  z2  z3
-    init_bucket(b, masters)   once per bucket, at set-up         ✓    ✓   ✓   (z2's)
+    init_bucket(b, masters)   once per bucket, at set-up         ✓    ✓   ✓   ✓
     on_grad_ready(b, i, p)    when parameter i's gradient is in  -    -   ✓   ✓
     reduce_bucket(b)          once b's gradients are all in      ✓    ✓   ✓   ✓
-    reduces_this_micro_step() at each backward                   -    -   ✓   (z2's)
+    reduces_this_micro_step() at each backward                   -    -   ✓   ✓
     after_backward()          after every backward, even failed  -    -   -   ✓
     grads_are_sharded()       in step: norm needs a collective?  ✓    -   -   -
-    grad_shards()             in step: the gradients Adam reads  ✓    ✓   ✓   (z2's)
+    grad_shards()             in step: the gradients Adam reads  ✓    ✓   ✓   ✓
     master_shard(b, ...)      in init_bucket: the fp32 weights   -    -   -   ✓
     publish_params()          after Adam: parameters everywhere  ✓    -   -   ✓
-    clear_grads()             after a step or a skipped one      ✓    ✓   ✓   (z2's)
+    clear_grads()             after a step or a skipped one      ✓    ✓   ✓   ✓
 
-(✓: the stage defines its own; -: the base's default; (z2's): inherited from ZeRO-2.)
+(✓: the stage defines its own; -: the base's default. Stages 2 and 3 both hand their gradients to one
+``GradientShards``, zero_ref/stages/gradient_shards.py.)
 """
 from __future__ import annotations
 
@@ -74,7 +75,6 @@ class Bucket:
         self.launched = False
         self.partition: Partition | None = None  # what this rank owns of it (the stage's init_bucket)
         self.flat_grad: torch.Tensor | None = None  # stages 0-1: the full gradient buffer, param.grad views into it
-        self.staging: torch.Tensor | None = None  # stage 2: this backward's gradients, until reduced
 
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         return self.layout.shard(flat, self.rank)

@@ -7,8 +7,8 @@ per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the moment
 - Forward: a module's forward pre-hook all-gathers the units it reads, its forward hook releases them.
 - Backward re-gathers through ``saved_tensors_hooks``: *pack* swaps a saved tensor that lives in a
   gathered unit for a handle, *unpack* re-gathers the unit and returns the same view of it.
-- Gradients: a unit's gradients are staged, then reduce-scattered with its ``ReduceGroup``
-  (``reduce_group.py``) into this rank's gradient shard, accumulating over micro-steps.
+- Gradients as in ZeRO-2 (``GradientShards``): a unit's gradients are staged, then reduce-scattered
+  with its ``ReduceGroup`` (``reduce_group.py``) into this rank's gradient shard.
 - ``prefetch.py``: the recorded order of uses, which prefetching and ``max_reuse_distance`` follow;
   ``path_check.py``: every rank runs the same collectives; ``init.py``: ``Init``, ``GatheredParameters``.
 
@@ -28,8 +28,9 @@ import torch.nn as nn
 
 from zero_ref import comm
 from zero_ref.optim import AdamConfig
+from zero_ref.stages.base import ZeroOptimizerBase
+from zero_ref.stages.gradient_shards import GradientShards
 from zero_ref.stages.partition import Partition
-from zero_ref.stages.zero2 import ZeroStage2
 from zero_ref.stages.zero3.init import GatheredParameters, registered_external_parameters
 from zero_ref.stages.zero3.path_check import BACKWARD, FORWARD, PREFETCH, REDUCE, PathCheck, different_paths, \
     same_collective
@@ -40,9 +41,9 @@ from zero_ref.stages.zero3.unit import Unit, unit_of
 
 class UnitState:
     """ZeroStage3's record of one unit: the ``Unit`` (its shard, gathers and releases), this rank's
-    ``Partition`` of it for the optimizer, and when the unit is in use. For ZeRO-2's gradient path, which
-    this stage reuses (``on_grad_ready``, ``reduce_bucket``, ``grad_shards``, ``clear_grads``), it is the
-    bucket: ``params``, ``layout``, ``flat_param``, ``shard``, ``ready``, ``launched``, ``staging``."""
+    ``Partition`` of it for the optimizer, and when the unit is in use. Trainable units are the stage's
+    buckets: ``ZeroOptimizerBase`` counts their gradients in (``ready``, ``launched``) and steps their
+    partitions."""
 
     def __init__(self, unit: Unit, index: int, persistent: bool):
         self.unit, self.index, self.persistent = unit, index, persistent  # position; stays gathered?
@@ -51,10 +52,9 @@ class UnitState:
         self.in_backward = False   # counted as a use of this backward already
         self.age = 0               # when it was last gathered (max_live_parameters evicts the oldest)
         self.partition: Partition | None = None  # trainable units: what this rank's optimizer owns
-        self.ready: set[int] = set()  # ZeRO-2's gradient path, as on a Bucket
-        self.launched = False
-        self.staging: torch.Tensor | None = None
-        self.flat_grad = None
+        self.ready: set[int] = set()  # parameters whose gradient arrived this backward
+        self.launched = False          # its gradients are on their way (ZeroOptimizerBase.launch_ready)
+        self.flat_grad = None          # (no full gradient buffer: stages 0-1 keep one)
         self.reduce_group: ReduceGroup | None = None  # trainable units: the collective its gradient goes in
 
     name = property(lambda self: self.unit.name)
@@ -65,8 +65,8 @@ class UnitState:
 
     @property
     def flat_param(self) -> torch.Tensor:
-        """ZeRO-2 sizes its gradient buffers from the flat parameter: the full buffer when gathered, else a
-        one-element stand-in with its shape, dtype and device."""
+        """The full buffer when gathered, else a one-element stand-in with its shape, dtype and device (the
+        dtype and device are what the step and the offload read)."""
         u = self.unit
         return u.full if u.full is not None else torch.empty(1, dtype=u.part.dtype, device=u.device).expand(u.size)
 
@@ -122,7 +122,7 @@ class GatherEvent(NamedTuple):
     live_numel: int  # gathered elements just after it, persistent units aside
 
 
-class ZeroStage3(ZeroStage2):
+class ZeroStage3(ZeroOptimizerBase):
     """Knobs (DeepSpeed's names). ``prefetch_bucket_size``: after the first micro-step recorded the order
     units are used in, each use starts async all-gathers of the next units in that order, up to this many
     elements. ``param_persistence_threshold``: units of at most this many elements stay gathered (one
@@ -156,6 +156,7 @@ class ZeroStage3(ZeroStage2):
         self._by_ptr: dict[int, UnitState] = {}  # data_ptr of each gathered buffer -> its unit (for pack)
         self._entered: list[nn.Module] = []
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self.grads = GradientShards(self)  # the gradient path, ZeRO-2's
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -210,7 +211,7 @@ class ZeroStage3(ZeroStage2):
             for b in g.units:
                 b.reduce_group = g
         for b in buckets:
-            self.init_bucket(b, masters)  # ZeRO-2's: the partition (master, Adam moments, gradient shard)
+            self.init_bucket(b, masters)  # the partition (master, Adam moments, gradient shard)
             b.unit.on_repartition.append(b.keep_master)
         if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
             for u in self.units:
@@ -383,31 +384,31 @@ class ZeroStage3(ZeroStage2):
                 p.data = grad.new_empty(1).expand(grad.shape)
         return hook
 
+    def reduces_this_micro_step(self) -> bool:
+        return True  # every micro-step: there is no full buffer to accumulate into
+
+    def init_bucket(self, b: UnitState, masters: dict) -> None:
+        b.partition = self.new_partition(b, self.master_shard(b, masters, full=False), grad=True)
+
     def on_grad_ready(self, b: UnitState, i: int, param: torch.Tensor) -> None:
-        super().on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
+        self.grads.stage(b, i, param)  # into the unit's staging buffer; param.grad is freed
         if b.unit.full is None or b.unit.work is not None:
-            param.data = b.flat_param.new_empty(0)  # drop the placeholder
+            param.data = b.unit.empty(0)  # drop the placeholder
 
     def reduce_bucket(self, b: UnitState) -> None:
-        """Into its group's buffer; the group's reduce-scatter once its last unit is in (ZeRO-2's per bucket)."""
+        """Into its group's buffer; the group's reduce-scatter once its last unit is in."""
         g = b.reduce_group
-        staging = b.staging if b.staging is not None else torch.zeros_like(b.flat_param)
-        b.staging = None
-        flat = g.put(b, staging)
+        flat = g.put(b, self.grads.take(b, b.unit.part.dtype, b.unit.device))
         if flat is None:
             return
         self.path.announce((g.units[0].index, REDUCE))
-        mine = flat[self.rank * g.shard_numel:(self.rank + 1) * g.shard_numel]
-        work = comm.reduce_scatter(mine, flat, group=self.group, async_op=self.overlap_comm)
+        self.grads.reduce(flat, into=[(u.partition, offset) for u, offset in g.offsets.items()])
 
-        def then():  # each unit's shard into its gradient partition (on the host under offload)
-            for u, off in g.offsets.items():
-                piece = mine[off:off + u.layout.shard_numel]
-                if self.offload is not None:
-                    self.offload.add_grad(u.partition, piece)
-                else:
-                    u.partition.grad.add_(piece)
-        self._async(work, then)
+    def grad_shards(self) -> list[torch.Tensor]:
+        return self.grads.averaged([b.partition for b in self.buckets])
+
+    def clear_grads(self) -> None:
+        self.grads.clear([b.partition for b in self.buckets])
 
     def end_backward(self, failed: bool = False) -> None:
         steady = self.trace.steady  # following a recorded order: it repeats
