@@ -12,7 +12,8 @@ per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the moment
 - ``prefetch.py``: the recorded order of uses, which prefetching and ``max_reuse_distance`` follow;
   ``path_check.py``: every rank runs the same collectives; ``init.py``: ``Init``, ``GatheredParameters``.
 
-Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ.
+Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ
+(with ``max_reuse_distance`` 0).
 
 Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per parameter);
 a gradient bucket holds whole units; a prefetch is one all-gather per unit (DeepSpeed coalesces them);
@@ -168,6 +169,38 @@ class ZeroStage3(ZeroOptimizerBase):
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
+        self._find_units(module)
+        buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
+        if not buckets:
+            raise ValueError("the module has no parameters with requires_grad=True")
+        masters = {}
+        if self.precision != "fp32":
+            for u in self.units:
+                if u.params[0].requires_grad:
+                    masters[u.index] = u.unit.part.clone()  # fp32 master from the values before the cast
+                u.unit.part = u.unit.part.to(self.dtype)
+            module.to(self.dtype)  # buffers; the parameters are empty here
+        self.reduce_groups: list[ReduceGroup] = reduce_groups(buckets, bucket_size, self.world_size)  # launch order
+        for g in self.reduce_groups:
+            for b in g.units:
+                b.reduce_group = g
+        for b in buckets:
+            self.init_bucket(b, masters)  # the partition (master, Adam moments, gradient shard)
+            b.unit.on_repartition.append(b.keep_master)
+        if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
+            for u in self.units:
+                self.param_offload.adopt(u.unit)
+        if self.offload is not None:
+            self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
+        self._install_hooks(module, buckets)
+        for u in self.units:
+            if u.persistent:
+                u.unit.gather()
+        return buckets
+
+    def _find_units(self, module: nn.Module) -> None:
+        """``self.units`` (one per module's own parameters, trainable and frozen apart; a tied parameter is its
+        first holder's), and the units each module's forward gathers (its own, and external ones)."""
         self.units, self._module_units, owner = [], {}, {}
         grouped: set[int] = set()  # modules inside a unit_modules subtree: their parameters are its unit's
         for name, mod in module.named_modules():
@@ -196,28 +229,9 @@ class ZeroStage3(ZeroOptimizerBase):
                                      "is not one of the model's")
                 if owner[id(p)] not in (units := self._module_units.setdefault(mod, [])):
                     units.append(owner[id(p)])
-        buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
-        if not buckets:
-            raise ValueError("the module has no parameters with requires_grad=True")
-        masters = {}
-        if self.precision != "fp32":
-            for u in self.units:
-                if u.params[0].requires_grad:
-                    masters[u.index] = u.unit.part.clone()  # fp32 master from the values before the cast
-                u.unit.part = u.unit.part.to(self.dtype)
-            module.to(self.dtype)  # buffers; the parameters are empty here
-        self.reduce_groups: list[ReduceGroup] = reduce_groups(buckets, bucket_size, self.world_size)  # launch order
-        for g in self.reduce_groups:
-            for b in g.units:
-                b.reduce_group = g
-        for b in buckets:
-            self.init_bucket(b, masters)  # the partition (master, Adam moments, gradient shard)
-            b.unit.on_repartition.append(b.keep_master)
-        if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
-            for u in self.units:
-                self.param_offload.adopt(u.unit)
-        if self.offload is not None:
-            self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
+
+    def _install_hooks(self, module: nn.Module, buckets: list[UnitState]) -> None:
+        """Gradient hooks on the trainable parameters; gather and release hooks on every module."""
         for b in buckets:
             for i, p in enumerate(b.params):
                 p.register_hook(self.placeholder(p))
@@ -228,10 +242,6 @@ class ZeroStage3(ZeroOptimizerBase):
             mod.register_forward_pre_hook(self.pre_forward)
             mod.register_forward_hook(self.post_forward, always_call=True)
             mod._parameters = _Parameters(self, mod._parameters)
-        for u in self.units:
-            if u.persistent:
-                u.unit.gather()
-        return buckets
 
     def _adopt(self, params: list[nn.Parameter], name: str) -> Unit:
         """A unit for ``params``: the one ``init.Init`` made if it holds exactly them, else a new one."""
@@ -353,6 +363,10 @@ class ZeroStage3(ZeroOptimizerBase):
 
     # ---------------------------------------------------------------- backward
     def pack(self, t: torch.Tensor):
+        """A tensor autograd saves: one that lives in a gathered unit (a parameter, or a view such as a linear
+        layer's ``weight.t()``) becomes a handle that ``unpack`` re-gathers. So backward gathers what autograd
+        reads, when it reads it, and no saved view pins a full weight from forward to backward (DeepSpeed
+        swaps in its own linear layer for that)."""
         ptr = t.untyped_storage().data_ptr()
         u = self._by_ptr.get(ptr)
         if u is None or u.unit.full is None or u.unit.full.untyped_storage().data_ptr() != ptr:
