@@ -71,9 +71,6 @@ class UnitState:
         u = self.unit
         return u.full if u.full is not None else torch.empty(1, dtype=u.part.dtype, device=u.device).expand(u.size)
 
-    def shard(self, flat: torch.Tensor) -> torch.Tensor:
-        return self.unit.shard(flat)
-
     def keep_master(self, shard: torch.Tensor) -> None:
         """The unit's edited shard (``GatheredParameters(modifier_rank=...)``) into the fp32 master too."""
         master = self.partition.master
