@@ -72,7 +72,7 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.recipes.three_d",
         "zero_ref.stages",
         "zero_ref.stages.flat",
-        "zero_ref.stages.zero_init",
+        "zero_ref.stages.zero3",
         "zero_ref.zero_to_fp32",
     }
 )
@@ -239,7 +239,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.launch",
             "zero_ref.models",
             "zero_ref.optim",
-            "zero_ref.stages.zero_init",
+            "zero_ref.stages.zero3",
         ),
     ),
     Chapter(
@@ -367,7 +367,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.comm",
             "zero_ref.hf",
             "zero_ref.memory",
-            "zero_ref.stages.zero_init",
+            "zero_ref.stages.zero3",
         ),
     ),
     Chapter(

@@ -32,7 +32,7 @@ _LAZY = {
     "add_config_arguments": ("zero_ref.engine", "add_config_arguments"),
     "tp_model_init": ("zero_ref.engine", "tp_model_init"),
     "init_inference": ("zero_ref.engine", "init_inference"),
-    "zero": ("zero_ref.stages.zero_init", None),  # ds.zero.Init / ds.zero.GatheredParameters
+    "zero": ("zero_ref.stages.zero3", None),  # ds.zero.Init / ds.zero.GatheredParameters
     "checkpointing": ("zero_ref.activation_checkpointing", None),  # ds.checkpointing.checkpoint / configure
 }
 

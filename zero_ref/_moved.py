@@ -26,7 +26,7 @@ MOVED = {
     "zero_ref.topology": "zero_ref.parallel.topology",
     "zero_ref.schedules": "zero_ref.parallel.schedules",
     "zero_ref.flat": "zero_ref.stages.flat",
-    "zero_ref.zero_init": "zero_ref.stages.zero_init",
+    "zero_ref.zero_init": "zero_ref.stages.zero3.init",
     "zero_ref.nvme": "zero_ref.offload.nvme",
     "zero_ref.profile": "zero_ref.profiling.profile",
     "zero_ref.torch_trace": "zero_ref.profiling.torch_trace",

@@ -49,7 +49,7 @@ from zero_ref.measure import unique_storage_bytes
 from zero_ref.optim import AdamConfig
 from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
 from zero_ref.stages import STAGES
-from zero_ref.stages.base import HYPER
+from zero_ref.stages.param_groups import HYPERPARAMETERS
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "tp_model_init", "init_inference", "Engine"]
 
@@ -289,7 +289,7 @@ class Engine(nn.Module):
         adam = AdamConfig(lr=float(first["lr"]), betas=tuple(first["betas"]), eps=first["eps"],
                           weight_decay=first["weight_decay"], adamw=decoupled.pop())
         # each group keeps its own hyper-parameters; the stage steps it with them
-        return adam, [{"params": g["params"], **{k: g[k] for k in HYPER}} for g in groups], optimizer
+        return adam, [{"params": g["params"], **{k: g[k] for k in HYPERPARAMETERS}} for g in groups], optimizer
 
     def _check_params(self, given, trainable, what: str) -> None:
         """``given`` must be parameters of the module with requires_grad=True. Those it leaves out are not

@@ -38,7 +38,7 @@ import math
 
 from zero_ref.config import ConfigError
 from zero_ref.memory import transformer_param_count
-from zero_ref.stages import zero_init
+from zero_ref.stages.zero3 import init as zero_init
 
 __all__ = ["Init", "fill_auto", "param_count"]
 

@@ -167,7 +167,7 @@ class PeakTensorBytes(TorchDispatchMode):
     """Bytes of tensor storage allocated inside the block and still alive; ``peak`` is their maximum.
 
     For what a *piece of code* allocates on the way, e.g. building a model whole against building
-    it under ``zero_init.Init``, which the tensors left at the end don't show. Every op's result
+    it under ``zero3.Init``, which the tensors left at the end don't show. Every op's result
     whose storage is not one of the op's inputs and not already counted is a new storage (so a view
     or an in-place op adds nothing); it counts in ``live`` until the storage is freed::
 

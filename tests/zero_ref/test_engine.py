@@ -78,7 +78,7 @@ def train(rank, world, which: str, stage: int, bf16: bool = False, script: str =
         lrs.append(engine.get_lr() if nanogpt else engine.get_lr()[0])
     if stage == 3:  # gather the partitioned parameters to read them
         gathered = (ds.zero.GatheredParameters(list(model.parameters())) if which == "deepspeed" else
-                    zero_ref.stages.zero_init.GatheredParameters(list(model.parameters())))
+                    zero_ref.stages.zero3.GatheredParameters(list(model.parameters())))
     else:
         gathered = torch.enable_grad()  # (no-op context)
     with gathered:

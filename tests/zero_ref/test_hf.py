@@ -88,7 +88,7 @@ def train(rank, world, kind: str, stage: int) -> dict:
             losses.append(out.loss.item())
     held = {k: unique_storage_bytes(v) for k, v in engine.optimizer.state_tensors().items()}
     visible = sum(p.numel() for p in model.parameters())  # outside forward: 0 under ZeRO-3
-    gathered = zero_ref.stages.zero_init.GatheredParameters(list(model.parameters())) if stage == 3 else torch.no_grad()
+    gathered = zero_ref.stages.zero3.GatheredParameters(list(model.parameters())) if stage == 3 else torch.no_grad()
     with gathered:
         weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     return dict(losses=losses, weights=weights, held=held, visible=visible, norm=engine.get_global_grad_norm(),
@@ -106,16 +106,16 @@ TOL = {"gpt2": 1e-5, "llama": 1e-5, "albert": 1e-5}
 
 
 def build_under_init(rank, world) -> dict:
-    """(elements this rank keeps, Ψ, equal to the plain build?) under hf.Init and plain zero_init.Init."""
-    from zero_ref.stages import zero_init
+    """(elements this rank keeps, Ψ, equal to the plain build?) under hf.Init and plain zero3.Init."""
+    from zero_ref.stages import zero3
     out = {}
     for kind in ("gpt2", "llama"):
         plain = build(kind)
-        for ctx in (hf.Init, zero_init.Init):
+        for ctx in (hf.Init, zero3.Init):
             with ctx():
                 model = build(kind)
-            units = list(dict.fromkeys(p._z3_unit for p in model.parameters()))
-            with zero_init.GatheredParameters(list(model.parameters())):
+            units = list(dict.fromkeys(zero3.unit_of(p) for p in model.parameters()))
+            with zero3.GatheredParameters(list(model.parameters())):
                 same = all(torch.equal(a, b) for a, b in zip(model.parameters(), plain.parameters()))
             out["init", kind, ctx.__module__] = (sum(u.part.numel() for u in units),
                                                  sum(p.numel() for p in plain.parameters()), same)
@@ -177,12 +177,12 @@ def test_zero3_holds_half_the_parameters(runs, kind):
 @pytest.mark.slow
 def test_init_builds_the_same_model_partitioned(runs):
     """Under hf.Init each rank keeps half of every tensor, and the halves are the plain build's values;
-    under plain zero_init.Init transformers' own initialization would have seen empty tensors."""
+    under plain zero3.Init transformers' own initialization would have seen empty tensors."""
     for res in runs:
         for kind in ("gpt2", "llama"):
             shard, psi, same = res["init", kind, "zero_ref.hf"]
             assert same and psi / 2 <= shard <= psi / 2 + 40
-            assert not res["init", kind, "zero_ref.stages.zero_init"][2]
+            assert not res["init", kind, "zero_ref.stages.zero3.init"][2]
 
 
 @pytest.mark.parametrize("kind,kw", [("gpt2", {}), ("gpt2", {"tie_word_embeddings": False}), ("gpt2", {"n_inner": 40}),

@@ -12,7 +12,7 @@ import torch
 import zero_ref
 from zero_ref.stages.flat import FlatLayout
 from zero_ref.optim import AdamConfig
-from zero_ref.stages.base import param_groups_for
+from zero_ref.stages.param_groups import param_groups_for
 from tests.zero_ref.cases import ADAM, build_model, micro_batch, make_batch, CFG, MICRO_BATCH
 
 STEPS = 3
@@ -53,7 +53,7 @@ def train(rank, world, stage, kw):
         opt.backward(loss)
         assert opt.step()
     if stage == 3:
-        with zero_ref.stages.zero_init.GatheredParameters(list(model.parameters())):
+        with zero_ref.stages.zero3.GatheredParameters(list(model.parameters())):
             return {k: v.detach().clone() for k, v in model.state_dict().items()}
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

@@ -1,4 +1,4 @@
-"""ZeRO-3's same-path check (zero_ref/stages/path_check.py) on 2 real gloo ranks, with scripted paths.
+"""ZeRO-3's same-path check (zero_ref/stages/zero3/path_check.py) on 2 real gloo ranks, with scripted paths.
 
 Each "collective" is an all-gather of its unit's size (units of different sizes: a mismatch that reached
 gloo would abort the process). A rank whose path differs from the others' must make every rank raise the
@@ -11,7 +11,7 @@ import torch
 
 import zero_ref
 from zero_ref import comm
-from zero_ref.stages.path_check import END, PathCheck
+from zero_ref.stages.zero3.path_check import END, PathCheck
 
 SIZES = [3, 5, 7, 11]  # elements per rank of unit i's collective
 PATH = [(0, 0), (1, 0), (2, 0), (3, 0), (3, 3), (2, 3)]  # (unit, op) of one micro-step

@@ -17,7 +17,7 @@ from zero_ref.memory import model_state_bytes
 from zero_ref.models import GPT, GPTConfig
 from zero_ref.precision import DynamicLossScaler
 from zero_ref.stages import ZeroStage2, ZeroStage3
-from zero_ref.stages.zero_init import GatheredParameters, Init
+from zero_ref.stages.zero3 import GatheredParameters, Init, unit_of
 from zero_ref.models import Block
 from tests.zero_ref.cases import ADAM, CFG, build_model, micro_batch, reference_params
 
@@ -190,7 +190,7 @@ def run_init(rank, world):
     with PeakTensorBytes() as parted:
         with Init():
             big = build_big()
-    units = list(dict.fromkeys(p._z3_unit for p in big.parameters()))
+    units = list(dict.fromkeys(unit_of(p) for p in big.parameters()))
     # GPT builds head with its own weight (partitioned like any other) before tying it to tok_emb's.
     replaced = FlatLayout([(BIG.vocab_size, BIG.d_model)], world)
     out["construction"] = dict(whole=whole.peak, parted=parted.peak, model=4 * sum(p.numel() for p in normal.parameters()),
@@ -236,7 +236,7 @@ def run_init(rank, world):
             model.ln_f.weight.fill_(2.5 if rank == 1 else -7.0)
         with GatheredParameters(model.ln_f.parameters()):
             model.ln_f.weight.fill_(9.0)  # discarded
-    unit = next(u for u in opt.units if u.unit is model.ln_f.weight._z3_unit)  # the stage's record of it
+    unit = next(u for u in opt.units if u.unit is unit_of(model.ln_f.weight))  # the stage's record of it
     mine = [pc for pc in unit.layout.pieces(rank) if pc.index == 0]
     out["master"] = [unit.partition.master[pc.shard_start:pc.shard_start + pc.numel].tolist() for pc in mine]
     out["edited"] = opt.state_dict()["ln_f.weight"].float().tolist()
@@ -291,7 +291,7 @@ def run_init_keywords(rank, world):
     out["module_kw"] = (all(p.numel() == 0 for p in built.parameters()), zs.max_diff(gathered(built), rank0))
     with Init(enabled=False, config_dict_or_path={"zero_optimization": {"stage": 3}}, dtype=torch.bfloat16):
         plain = GPT(CFG)
-    out["disabled"] = not any(hasattr(p, "_z3_unit") for p in plain.parameters())
+    out["disabled"] = all(unit_of(p) is None for p in plain.parameters())
     with GatheredParameters(built.parameters(), modifier_rank=0, enabled=False):
         out["gather_disabled"] = all(p.numel() == 0 for p in built.parameters())
     errors = []
@@ -378,13 +378,13 @@ def reader_batch(step):
 def run_external(rank, world):
     import pickle
 
-    from zero_ref.stages import zero_init
+    from zero_ref.stages import zero3
     out = {}
     for name in ("found", "registered"):
         torch.manual_seed(0)
         model = Reader()
         if name == "registered":
-            zero_init.register_external_parameter(model, model.emb.weight)
+            zero3.register_external_parameter(model, model.emb.weight)
         opt = ZeroStage3(model, adam=ADAM, **ALL_PARTITIONED)
         before_forward = [u.name for u in opt._module_units.get(model, [])]  # registered: known at build
         for step in range(STEPS):

@@ -39,7 +39,7 @@ import warnings
 import torch
 
 from zero_ref import comm
-from zero_ref.stages.base import HYPER
+from zero_ref.stages.param_groups import HYPERPARAMETERS
 from zero_ref.checkpoint.format import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, numel, optim_file,
                                         param_file, resolve)
 
@@ -237,7 +237,7 @@ def _save_model_states(engine, path: str, client_state, sched) -> None:
         "adam": {"lr": adam.lr, "betas": tuple(adam.betas), "eps": adam.eps, "weight_decay": adam.weight_decay,
                  "adamw": adam.adamw},
         "param_group_lrs": [[g["lr"] for g in h.param_groups] for h in _lr_holders(engine)],
-        "param_groups": [{k: g[k] for k in HYPER} for g in opt.param_groups],  # each group's own values
+        "param_groups": [{k: g[k] for k in HYPERPARAMETERS} for g in opt.param_groups],  # each group's own values
         "optimizer_steps": opt.adam_steps, "optimizer_skipped_steps": opt.skipped_steps,
         "global_steps": getattr(engine, "global_steps", opt.adam_steps),
         "engine": {k: getattr(engine, k) for k in ("global_samples", "skipped_steps") if hasattr(engine, k)},

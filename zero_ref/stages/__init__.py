@@ -1,9 +1,9 @@
 """The ZeRO stages as plain building blocks, one short module each (chapters 3–5 read them).
 
-Beside them: ``partition`` (``Partition``: what rank r owns of a bucket, the one object every stage builds),
-``flat`` (the flat-buffer bookkeeping under every stage: which slice each rank owns) and ``zero_init``
-(ZeRO-3's partitioned parameters: ``Unit``, ``Init``, ``GatheredParameters``; DeepSpeed keeps its
-``partition_parameters.py`` beside stage3.py too). ``zero_ref.zero`` is ``zero_init``, as ``deepspeed.zero``.
+Beside them: ``partition`` (``Partition``: what rank r owns of a bucket, the one object every stage builds)
+and ``flat`` (the flat-buffer bookkeeping under every stage: which slice each rank owns). ZeRO-3 is a
+folder, ``zero3/``: its stage and the partitioned parameters (``Unit``, ``Init``, ``GatheredParameters``).
+``zero_ref.zero`` is ``zero3``, as ``deepspeed.zero``.
 """
 from zero_ref.stages.base import ZeroOptimizerBase
 from zero_ref.stages.ddp import DataParallel

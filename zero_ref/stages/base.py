@@ -32,18 +32,19 @@ gradient to accumulate into (stages 2–3 reduce every micro-step).
 A stage is this class plus a few of its extension points, each a method a subclass overrides:
 
     extension point           called                            ddp  z1  z2  z3
-    init_bucket(b, masters)   once per bucket, at set-up         ✓    ✓   ✓   (z2's)
+    init_bucket(b, masters)   once per bucket, at set-up         ✓    ✓   ✓   ✓
     on_grad_ready(b, i, p)    when parameter i's gradient is in  -    -   ✓   ✓
     reduce_bucket(b)          once b's gradients are all in      ✓    ✓   ✓   ✓
-    reduces_this_micro_step() at each backward                   -    -   ✓   (z2's)
+    reduces_this_micro_step() at each backward                   -    -   ✓   ✓
     after_backward()          after every backward, even failed  -    -   -   ✓
     grads_are_sharded()       in step: norm needs a collective?  ✓    -   -   -
-    grad_shards()             in step: the gradients Adam reads  ✓    ✓   ✓   (z2's)
+    grad_shards()             in step: the gradients Adam reads  ✓    ✓   ✓   ✓
     master_shard(b, ...)      in init_bucket: the fp32 weights   -    -   -   ✓
     publish_params()          after Adam: parameters everywhere  ✓    -   -   ✓
-    clear_grads()             after a step or a skipped one      ✓    ✓   ✓   (z2's)
+    clear_grads()             after a step or a skipped one      ✓    ✓   ✓   ✓
 
-(✓: the stage defines its own; -: the base's default; (z2's): inherited from ZeRO-2.)
+(✓: the stage defines its own; -: the base's default. Stages 2 and 3 both hand their gradients to one
+``GradientShards``, zero_ref/stages/gradient_shards.py.)
 """
 from __future__ import annotations
 
@@ -55,10 +56,11 @@ import torch.nn as nn
 
 from zero_ref import comm, offload
 from zero_ref.kernels import KERNELS, adam_update_
-from zero_ref.stages.flat import FlatLayout
-from zero_ref.stages.partition import Partition
 from zero_ref.optim import AdamConfig
-from zero_ref.precision import PRECISIONS as DTYPES
+from zero_ref.precision import PRECISIONS
+from zero_ref.stages.flat import FlatLayout
+from zero_ref.stages.param_groups import group_adam, param_groups_for, trainable_params
+from zero_ref.stages.partition import Partition
 
 
 class Bucket:
@@ -74,7 +76,6 @@ class Bucket:
         self.launched = False
         self.partition: Partition | None = None  # what this rank owns of it (the stage's init_bucket)
         self.flat_grad: torch.Tensor | None = None  # stages 0-1: the full gradient buffer, param.grad views into it
-        self.staging: torch.Tensor | None = None  # stage 2: this backward's gradients, until reduced
 
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         return self.layout.shard(flat, self.rank)
@@ -82,56 +83,6 @@ class Bucket:
     @property
     def numel(self) -> int:
         return self.layout.numel
-
-
-def trainable_params(module: nn.Module) -> list[nn.Parameter]:
-    """Parameters that need gradients, each once (tied weights appear once), in registration order."""
-    return [p for p in module.parameters() if p.requires_grad]
-
-
-HYPER = ("lr", "betas", "eps", "weight_decay")  # what a param group may set for itself
-
-
-def param_groups_for(module: nn.Module, groups, adam: AdamConfig) -> tuple[list[dict], dict[int, int]]:
-    """torch-style param groups over the module's trainable parameters, and parameter id → group index.
-
-    ``groups`` is None (one group of everything, with ``adam``'s values) or a list of dicts, each with
-    ``"params"`` and any of lr, betas, eps, weight_decay (a key it leaves out takes ``adam``'s value), as
-    torch.optim and DeepSpeed's ``model_parameters`` take them. Every trainable parameter is in exactly
-    one group. Each returned dict holds its parameters and all four values, and is what a learning-rate
-    schedule writes: the step reads it."""
-    trainable = trainable_params(module)
-    if groups is None:
-        groups = [{"params": trainable}]
-    if isinstance(groups, dict) or not all(isinstance(g, dict) and "params" in g for g in groups):
-        raise ValueError("param_groups must be a list of dicts, each with a 'params' entry")
-    out, group_of = [], {}
-    for i, g in enumerate(groups):
-        params = [g["params"]] if isinstance(g["params"], torch.Tensor) else list(g["params"])
-        for key in ("amsgrad", "maximize"):
-            if g.get(key):
-                raise ValueError(f"param group {i}: {key}=True is not supported (zero_ref steps plain Adam(W))")
-        for p in params:
-            if id(p) in group_of:
-                raise ValueError(f"param group {i}: a parameter of shape {tuple(p.shape)} is also in group "
-                                 f"{group_of[id(p)]}; each parameter belongs to one group")
-            group_of[id(p)] = i
-        values = {k: g.get(k, getattr(adam, k)) for k in HYPER}
-        values["betas"] = tuple(values["betas"])
-        group_adam(values, adam)  # validates the values now, not at the first step
-        out.append({**g, "params": params, **values})
-    stray = [p for p in group_of if p not in {id(t) for t in trainable}]
-    missing = [tuple(p.shape) for p in trainable if id(p) not in group_of]
-    if stray or missing:
-        raise ValueError(f"param_groups must hold exactly the module's trainable parameters: "
-                         f"{len(missing)} missing (shapes {missing[:3]}), {len(stray)} not trainable or not the module's")
-    return out, group_of
-
-
-def group_adam(group: dict, adam: AdamConfig) -> AdamConfig:
-    """The Adam(W) hyper-parameters of one param group (``adam`` gives the update rule, Adam or AdamW)."""
-    return AdamConfig(lr=float(group["lr"]), betas=tuple(group["betas"]), eps=float(group["eps"]),
-                      weight_decay=float(group["weight_decay"]), adamw=adam.adamw)
 
 
 def make_buckets(params: list[nn.Parameter], bucket_size: int, world_size: int, rank: int) -> list[Bucket]:
@@ -164,8 +115,8 @@ class ZeroOptimizerBase:
                  offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", param_groups: list[dict] | None = None,
                  adam_kernel: str = "torch"):
-        if precision not in DTYPES:
-            raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1:
             raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {gradient_accumulation_steps!r}")
         if reduce_bucket_size < 1:
@@ -179,7 +130,7 @@ class ZeroOptimizerBase:
         self.module, self.group = module, group
         self.adam = adam or AdamConfig()  # the defaults; each group's own values are in param_groups
         self.param_groups, self._group_of = param_groups_for(module, param_groups, self.adam)
-        self.precision, self.dtype = precision, DTYPES[precision]
+        self.precision, self.dtype = precision, PRECISIONS[precision]
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.overlap_comm = overlap_comm
         self.gas = gradient_accumulation_steps
@@ -252,7 +203,7 @@ class ZeroOptimizerBase:
                 return
             b.ready.add(i)
             self.on_grad_ready(b, i, param)
-            self._launch_ready()
+            self.launch_ready()
         return hook
 
     # ---------------------------------------------------------------- micro-step
@@ -312,7 +263,7 @@ class ZeroOptimizerBase:
         then the micro-step is counted. ``failed``: autograd raised; release what the backward held."""
         try:
             if self._reducing and not failed:
-                self._launch_ready(flush=True)
+                self.launch_ready(flush=True)
                 self._wait_all()
         finally:
             self._reduced = self._reducing and not failed
@@ -335,7 +286,7 @@ class ZeroOptimizerBase:
     def after_backward(self) -> None:
         """Called after every backward, even a failed one (ZeRO-3 releases gathered parameters here)."""
 
-    def _launch_ready(self, flush: bool = False) -> None:
+    def launch_ready(self, flush: bool = False) -> None:
         """Issue reductions in bucket order: bucket k only after buckets 0..k-1 (same order on every rank)."""
         for b in self.buckets:
             if b.launched:
@@ -366,7 +317,7 @@ class ZeroOptimizerBase:
         """Called when parameter i of bucket b has its gradient for this backward."""
 
     def reduce_bucket(self, b: Bucket) -> None:
-        """Issue ``b``'s collective (in bucket order: ``_launch_ready`` calls it); ``self._async(work, then)``
+        """Issue ``b``'s collective (in bucket order: ``launch_ready`` calls it); ``self._async(work, then)``
         keeps it in flight and runs ``then`` once it is done."""
         raise NotImplementedError
 

@@ -22,7 +22,8 @@ instead, and both wrappers take one step with zero gradients when they are built
 import torch
 
 from zero_ref import comm
-from zero_ref.stages.base import HYPER, Bucket, ZeroOptimizerBase
+from zero_ref.stages.base import Bucket, ZeroOptimizerBase
+from zero_ref.stages.param_groups import HYPERPARAMETERS
 
 
 class DataParallel(ZeroOptimizerBase):
@@ -113,7 +114,7 @@ class DataParallel(ZeroOptimizerBase):
         masters = self._views("master")
         with torch.no_grad():
             for i, (g, loaded, ps) in enumerate(zip(self.param_groups, twin.param_groups, keys)):
-                g.update({k: loaded[k] for k in HYPER})
+                g.update({k: loaded[k] for k in HYPERPARAMETERS})
                 for j, (p, key) in enumerate(zip(g["params"], ps)):
                     for k, views in moments.items():
                         views[id(p)].copy_(twin.state[key][k] if key in twin.state else torch.zeros(()))

@@ -30,6 +30,37 @@ import torch
 from zero_ref import comm
 
 END = (-1, -1)  # what a rank "runs" at its micro-step's end
+FORWARD, PREFETCH, BACKWARD, REDUCE = range(4)  # what a collective on a unit is for (the header's op)
+_VERBS = {FORWARD: ("gathers", "gather", " for forward"), PREFETCH: ("prefetches", "prefetch", ""),
+          BACKWARD: ("gathers", "gather", " for backward"),
+          REDUCE: ("reduce-scatters", "reduce-scatter", "'s gradient")}
+
+
+def same_collective(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Headers ``a`` and ``b`` name the same collective: the same unit, both all-gathers or both reduce-scatters."""
+    return (a[0], a[1] == REDUCE) == (b[0], b[1] == REDUCE)
+
+
+def different_paths(did: list[tuple[int, int]], names: list[str]) -> str:
+    """The error when the ranks' collectives differ: ``did[r]`` is rank r's (unit, op) where they part;
+    ``names[i]``: unit i's name."""
+    ranks: dict[tuple, list[int]] = {}
+    for r, key in enumerate(did):
+        ranks.setdefault(key, []).append(r)
+    said = " while ".join(_say(key, rs, names) for key, rs in ranks.items())
+    return (f"ZeRO-3: the ranks took different paths through the model: {said}. Every rank must call the "
+            "same modules in the same order (a block skipped on one rank, an expert unused on one rank, "
+            "generation stopping at different lengths all break this); otherwise their collectives would "
+            "not match and training would hang.")
+
+
+def _say(key: tuple[int, int], ranks: list[int], names: list[str]) -> str:
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    if key == END:
+        return f"{who} {'has' if len(ranks) == 1 else 'have'} no more modules in this micro-step"
+    i, o = key
+    verb = _VERBS[o][0] if len(ranks) == 1 else _VERBS[o][1]
+    return f"{who} {verb} '{names[i]}'{_VERBS[o][2]}"
 
 
 class PathCheck:

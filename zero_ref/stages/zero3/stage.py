@@ -1,65 +1,24 @@
 """ZeRO-3 (P_os+g+p): partition the parameters too.
 
-No rank ever holds the whole model. A *unit* (``zero_init.Unit``) is one module's own parameters
-(``recurse=False``; trainable and frozen apart; a tied parameter belongs to its first holder) in one
-padded ``FlatLayout``: rank r keeps shard r, and between uses every ``param.data`` is empty. Model
-states per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the moment.
+No rank holds the whole model. A *unit* (``unit.py``) is one module's own parameters in one padded
+``FlatLayout``: rank r keeps shard r, and between uses every ``param.data`` is empty. Model states
+per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the moment.
 
-- Forward: a module's forward pre-hook all-gathers the units of the parameters it holds (head
-  gathers tok_emb's unit: tied), its forward hook releases them.
-- Backward re-gathers through ``saved_tensors_hooks``, installed around each module's forward:
-  *pack* swaps a saved tensor that lives in a gathered unit (a parameter, or a view such as the
-  ``weight.t()`` a linear layer saves) for a handle (unit, size, stride, offset); *unpack*
-  re-gathers the unit and returns the same view of the new buffer. So backward gathers exactly
-  what autograd reads, when it reads it, whatever op made the view, and no saved view pins a full
-  weight between forward and backward (with module backward hooks it would; DeepSpeed swaps in
-  its own linear layer for that). A unit is released once all its handles are unpacked.
-- Gradients as in ZeRO-2 (this class extends it): a unit's gradients, once complete, are copied
-  into its ``ReduceGroup``'s buffer and freed; units consecutive in backward's order, up to
-  ``reduce_bucket_size`` elements, share one reduce-scatter into each one's gradient shard
-  (accumulating over micro-steps), as DeepSpeed's stage 3 fills its bucket.
-  The stage keeps one ``UnitState`` per unit (the unit, its ``Partition``, when it is in use) and
-  runs ZeRO-2's ``on_grad_ready``, ``reduce_bucket``, ``grad_shards``, ``clear_grads`` and ``step``
-  on those records; it replaces set-up (``_build``), ``publish_params`` and ``state_tensors``.
-  AccumulateGrad checks a gradient against the parameter's shape, so a released parameter gets a
-  one-element placeholder of its full shape while it accumulates.
+- Forward: a module's forward pre-hook all-gathers the units it reads, its forward hook releases them.
+- Backward re-gathers through ``saved_tensors_hooks``: *pack* swaps a saved tensor that lives in a
+  gathered unit for a handle, *unpack* re-gathers the unit and returns the same view of it.
+- Gradients as in ZeRO-2 (``GradientShards``): a unit's gradients are staged, then reduce-scattered
+  with its ``ReduceGroup`` (``reduce_group.py``) into this rank's gradient shard.
+- ``prefetch.py``: the recorded order of uses, which prefetching and ``max_reuse_distance`` follow;
+  ``path_check.py``: every rank runs the same collectives; ``init.py``: ``Init``, ``GatheredParameters``.
 
 Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ
 (with ``max_reuse_distance`` 0).
-Knobs (DeepSpeed's names): ``prefetch_bucket_size`` — the first micro-step records the order units
-are used in (forward and backward); later, each use starts async all-gathers of the next units in
-that order, up to this many elements (a changed order drops the trace; it is recorded again).
-``param_persistence_threshold`` — units of at most this many elements stay gathered (one
-all-gather after each step); they are still partitioned for the optimizer.
-``max_live_parameters`` — gathered elements (persistent units aside) stay under this: a gather
-first releases the oldest units not in use, prefetching stops at it; a larger single unit still
-gathers. ``max_reuse_distance`` — after a use, a unit stays gathered if the recorded order uses it
-again within this many elements of other units' uses (DeepSpeed's rule, ``__params_to_release``).
-The class default 0 releases after every use (the schedule above); DeepSpeed's default, 1e9, which
-``zero_ref.initialize`` passes from the config, keeps every unit of a model under 1e9 elements gathered
-from its forward to its backward: Ψ gathered per step instead of 2Ψ, for the whole model's memory.
-``gather_log`` (None by default): set it to a list and every gather, prefetch and release appends a
-``GatherEvent`` (kind, unit, gathered elements after it), the working set as a timeline.
-Different control flow on different ranks would mismatch collectives and hang: the ranks compare
-headers (position, unit, op) and all raise the same error naming every rank's module if they differ
-(``path_check.PathCheck``: a header before each collective while a micro-step's order is being
-learnt; once it repeats, one header at each micro-step's end, and a rank that leaves the path says so there).
 
-Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per
-parameter, plus ``model_persistence_threshold``); a gradient bucket holds whole units; a prefetch is
-one all-gather per unit (DeepSpeed's ``all_gather_coalesced`` gathers a prefetch in one);
-``max_live_parameters`` also evicts on demand (DeepSpeed only caps prefetch with it); offload
-(``offload_optimizer``, ``offload_param``: CPU or NVMe) is in zero_ref/offload/; DeepSpeed compares the
-ranks' module order once, when the first step's trace is recorded
-(runtime/zero/partitioned_param_coordinator.py, ``reset_step``), and per collective only under
-``safe_mode`` / ``enable_sanity_checks`` (``assert_ints_same_as_other_ranks``); zero_ref checks every one.
-
-*External* parameters: a forward that reads a parameter another module holds, without calling that
-module (``nn.MultiheadAttention`` reads ``self.out_proj.weight``; a head that multiplies by the embedding's
-weight), would find it empty. As DeepSpeed's ``ZeROOrderedDict`` does (runtime/zero/parameter_offload.py),
-every module's ``_parameters`` is a dict that notices such a read during a forward: it gathers the unit for
-the innermost module running, and registers it there, so from then on that module's pre-forward hook
-gathers it (``zero_init.register_external_parameter`` declares one up front).
+Simplified vs DeepSpeed: units are whole modules and persistence is per unit (DeepSpeed: per parameter);
+a gradient bucket holds whole units; a prefetch is one all-gather per unit (DeepSpeed coalesces them);
+``max_live_parameters`` also evicts on demand (DeepSpeed only caps prefetch with it); DeepSpeed checks the
+ranks' module order once (``reset_step``), zero_ref every collective (``path_check.py``).
 """
 from __future__ import annotations
 
@@ -70,22 +29,22 @@ import torch.nn as nn
 
 from zero_ref import comm
 from zero_ref.optim import AdamConfig
+from zero_ref.stages.base import ZeroOptimizerBase
+from zero_ref.stages.gradient_shards import GradientShards
 from zero_ref.stages.partition import Partition
-from zero_ref.stages.path_check import END, PathCheck
-from zero_ref.stages.zero2 import ZeroStage2
-from zero_ref.stages.zero_init import GatheredParameters, Unit
-
-FORWARD, PREFETCH, BACKWARD, REDUCE = range(4)  # what a collective on a unit is for (the header's op)
-_VERBS = {FORWARD: ("gathers", "gather", " for forward"), PREFETCH: ("prefetches", "prefetch", ""),
-          BACKWARD: ("gathers", "gather", " for backward"),
-          REDUCE: ("reduce-scatters", "reduce-scatter", "'s gradient")}
+from zero_ref.stages.zero3.init import GatheredParameters, registered_external_parameters
+from zero_ref.stages.zero3.path_check import BACKWARD, FORWARD, PREFETCH, REDUCE, PathCheck, different_paths, \
+    same_collective
+from zero_ref.stages.zero3.prefetch import Trace, oldest_idle
+from zero_ref.stages.zero3.reduce_group import ReduceGroup, reduce_groups
+from zero_ref.stages.zero3.unit import Unit, unit_of
 
 
 class UnitState:
     """ZeroStage3's record of one unit: the ``Unit`` (its shard, gathers and releases), this rank's
-    ``Partition`` of it for the optimizer, and when the unit is in use. For ZeRO-2's gradient path, which
-    this stage reuses (``on_grad_ready``, ``reduce_bucket``, ``grad_shards``, ``clear_grads``), it is the
-    bucket: ``params``, ``layout``, ``flat_param``, ``shard``, ``ready``, ``launched``, ``staging``."""
+    ``Partition`` of it for the optimizer, and when the unit is in use. Trainable units are the stage's
+    buckets: ``ZeroOptimizerBase`` counts their gradients in (``ready``, ``launched``) and steps their
+    partitions."""
 
     def __init__(self, unit: Unit, index: int, persistent: bool):
         self.unit, self.index, self.persistent = unit, index, persistent  # position; stays gathered?
@@ -93,12 +52,10 @@ class UnitState:
         self.pending = 0           # saved-tensor handles not yet unpacked
         self.in_backward = False   # counted as a use of this backward already
         self.age = 0               # when it was last gathered (max_live_parameters evicts the oldest)
-        self.trace_pos: int | None = None  # where its current use is in the recorded order
         self.partition: Partition | None = None  # trainable units: what this rank's optimizer owns
-        self.ready: set[int] = set()  # ZeRO-2's gradient path, as on a Bucket
-        self.launched = False
-        self.staging: torch.Tensor | None = None
-        self.flat_grad = None
+        self.ready: set[int] = set()  # parameters whose gradient arrived this backward
+        self.launched = False          # its gradients are on their way (ZeroOptimizerBase.launch_ready)
+        self.flat_grad = None          # (no full gradient buffer: stages 0-1 keep one)
         self.reduce_group: ReduceGroup | None = None  # trainable units: the collective its gradient goes in
 
     name = property(lambda self: self.unit.name)
@@ -109,13 +66,10 @@ class UnitState:
 
     @property
     def flat_param(self) -> torch.Tensor:
-        """ZeRO-2 sizes its gradient buffers from the flat parameter: the full buffer when gathered, else a
-        one-element stand-in with its shape, dtype and device."""
+        """The full buffer when gathered, else a one-element stand-in with its shape, dtype and device (the
+        dtype and device are what the step and the offload read)."""
         u = self.unit
         return u.full if u.full is not None else torch.empty(1, dtype=u.part.dtype, device=u.device).expand(u.size)
-
-    def shard(self, flat: torch.Tensor) -> torch.Tensor:
-        return self.unit.shard(flat)
 
     def keep_master(self, shard: torch.Tensor) -> None:
         """The unit's edited shard (``GatheredParameters(modifier_rank=...)``) into the fp32 master too."""
@@ -136,41 +90,14 @@ class _Saved(NamedTuple):
     offset: int
 
 
-class ReduceGroup:
-    """Units whose gradients are reduce-scattered in one collective: consecutive in the order backward completes
-    them, at most ``reduce_bucket_size`` elements together (a larger unit alone), as DeepSpeed fills its
-    ``reduce_bucket_size`` bucket in stage 3. The buffer is (ranks × their shards end to end): row r holds every
-    unit's shard r, so one reduce-scatter hands rank r all of its shards."""
-
-    def __init__(self, units: list[UnitState], world_size: int):
-        self.units, self.world_size = units, world_size
-        self.offsets, self.shard_numel = {}, 0  # each unit's shard within a row; a row's length
-        for u in units:
-            self.offsets[u] = self.shard_numel
-            self.shard_numel += u.layout.shard_numel
-        self.flat: torch.Tensor | None = None  # this backward's gradients, filled unit by unit
-        self.filled = 0
-
-    def put(self, u: UnitState, staging: torch.Tensor) -> torch.Tensor | None:
-        """Unit ``u``'s staged gradients; the group's full buffer once the last is in, else None."""
-        if len(self.units) == 1:
-            return staging
-        if self.flat is None:
-            self.flat = staging.new_empty(self.world_size * self.shard_numel)
-        start, n = self.offsets[u], u.layout.shard_numel
-        self.flat.view(self.world_size, -1)[:, start:start + n].copy_(staging.view(self.world_size, n))
-        self.filled += 1
-        if self.filled < len(self.units):
-            return None
-        flat, self.flat, self.filled = self.flat, None, 0
-        return flat
-
-    def reset(self) -> None:
-        self.flat, self.filled = None, 0
-
-
 class _Parameters(dict):
-    """``module._parameters`` under ZeRO-3: reading a released parameter while a forward runs gathers it."""
+    """``module._parameters`` under ZeRO-3: reading a released parameter while a forward runs gathers it.
+
+    A forward may read a parameter another module holds without calling that module (``nn.MultiheadAttention``
+    reads ``self.out_proj.weight``; a head that multiplies by the embedding's weight). As DeepSpeed's
+    ``ZeROOrderedDict`` does (runtime/zero/parameter_offload.py), the read gathers the unit for the innermost
+    module running and registers it there, so from then on that module's pre-forward hook gathers it
+    (``init.register_external_parameter`` declares one up front)."""
 
     def __init__(self, stage: "ZeroStage3", params: dict):
         super().__init__(params)
@@ -193,7 +120,17 @@ class GatherEvent(NamedTuple):
     live_numel: int  # gathered elements just after it, persistent units aside
 
 
-class ZeroStage3(ZeroStage2):
+class ZeroStage3(ZeroOptimizerBase):
+    """Knobs (DeepSpeed's names). ``prefetch_bucket_size``: after the first micro-step recorded the order
+    units are used in, each use starts async all-gathers of the next units in that order, up to this many
+    elements. ``param_persistence_threshold``: units of at most this many elements stay gathered (one
+    all-gather after each step). ``max_live_parameters``: gathered elements (persistent units aside) stay
+    under this; a gather first releases the oldest units not in use. ``max_reuse_distance``: after a use, a
+    unit stays gathered if the recorded order uses it again within this many elements; 0 (the default here)
+    releases after every use, DeepSpeed's 1e9 (``zero_ref.initialize`` passes it) keeps a model under 1e9
+    elements gathered from forward to backward. ``gather_log``: set it to a list to record every gather,
+    prefetch and release as a ``GatherEvent``."""
+
     stage = 3
 
     def __init__(self, module: nn.Module, *, adam: AdamConfig | None = None, precision: str = "fp32", group=None,
@@ -213,10 +150,11 @@ class ZeroStage3(ZeroStage2):
         self.persistence_threshold = param_persistence_threshold
         self.peak_live_numel = 0  # most gathered elements at once (persistent units aside)
         self.gather_log: list[GatherEvent] | None = None  # set to a list to record every gather and release
-        self._trace, self._recording, self._pos, self._clock = [], True, 0, 0
+        self.trace, self._clock = Trace(), 0  # the order units are used in (prefetch.py)
         self._by_ptr: dict[int, UnitState] = {}  # data_ptr of each gathered buffer -> its unit (for pack)
         self._entered: list[nn.Module] = []
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self.grads = GradientShards(self)  # the gradient path, ZeRO-2's
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -224,11 +162,42 @@ class ZeroStage3(ZeroStage2):
                          sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups,
                          adam_kernel=adam_kernel)
         self.path = PathCheck(self.group, self.world_size, self.units[0].unit.device, self._run_like,
-                              same=lambda a, b: (a[0], a[1] == REDUCE) == (b[0], b[1] == REDUCE),
-                              explain=self._different_paths)
+                              same=same_collective, explain=lambda did: different_paths(did, self._unit_names()))
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
+        self._find_units(module)
+        buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
+        if not buckets:
+            raise ValueError("the module has no parameters with requires_grad=True")
+        masters = {}
+        if self.precision != "fp32":
+            for u in self.units:
+                if u.params[0].requires_grad:
+                    masters[u.index] = u.unit.part.clone()  # fp32 master from the values before the cast
+                u.unit.part = u.unit.part.to(self.dtype)
+            module.to(self.dtype)  # buffers; the parameters are empty here
+        self.reduce_groups: list[ReduceGroup] = reduce_groups(buckets, bucket_size, self.world_size)  # launch order
+        for g in self.reduce_groups:
+            for b in g.units:
+                b.reduce_group = g
+        for b in buckets:
+            self.init_bucket(b, masters)  # the partition (master, Adam moments, gradient shard)
+            b.unit.on_repartition.append(b.keep_master)
+        if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
+            for u in self.units:
+                self.param_offload.adopt(u.unit)
+        if self.offload is not None:
+            self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
+        self._install_hooks(module, buckets)
+        for u in self.units:
+            if u.persistent:
+                u.unit.gather()
+        return buckets
+
+    def _find_units(self, module: nn.Module) -> None:
+        """``self.units`` (one per module's own parameters, trainable and frozen apart; a tied parameter is its
+        first holder's), and the units each module's forward gathers (its own, and external ones)."""
         self.units, self._module_units, owner = [], {}, {}
         grouped: set[int] = set()  # modules inside a unit_modules subtree: their parameters are its unit's
         for name, mod in module.named_modules():
@@ -250,42 +219,16 @@ class ZeroStage3(ZeroStage2):
             if units := list(dict.fromkeys(owner[id(p)] for p in mod.parameters(recurse=group))):
                 self._module_units[mod] = units
         self._unit_of, self._own_units = owner, {m: list(us) for m, us in self._module_units.items()}
-        for mod in module.modules():  # registered external parameters (zero_init.register_external_parameter)
-            for p in mod.__dict__.get("_z3_external", ()):
+        for mod in module.modules():  # registered external parameters (init.register_external_parameter)
+            for p in registered_external_parameters(mod):
                 if id(p) not in owner:
                     raise ValueError(f"register_external_parameter: a parameter registered on {type(mod).__name__} "
                                      "is not one of the model's")
                 if owner[id(p)] not in (units := self._module_units.setdefault(mod, [])):
                     units.append(owner[id(p)])
-        buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
-        if not buckets:
-            raise ValueError("the module has no parameters with requires_grad=True")
-        masters = {}
-        if self.precision != "fp32":
-            for u in self.units:
-                if u.params[0].requires_grad:
-                    masters[u.index] = u.unit.part.clone()  # fp32 master from the values before the cast
-                u.unit.part = u.unit.part.to(self.dtype)
-            module.to(self.dtype)  # buffers; the parameters are empty here
-        self.reduce_groups, group, size = [], [], 0
-        for b in buckets:  # launch order
-            if group and size + b.size > bucket_size:
-                self.reduce_groups.append(ReduceGroup(group, self.world_size))
-                group, size = [], 0
-            group.append(b)
-            size += b.size
-        self.reduce_groups.append(ReduceGroup(group, self.world_size))
-        for g in self.reduce_groups:
-            for b in g.units:
-                b.reduce_group = g
-        for b in buckets:
-            self.init_bucket(b, masters)  # ZeRO-2's: the partition (master, Adam moments, gradient shard)
-            b.unit.on_repartition.append(b.keep_master)
-        if self.param_offload is not None:  # offload_param: partitions live on the host (or NVMe) between uses
-            for u in self.units:
-                self.param_offload.adopt(u.unit)
-        if self.offload is not None:
-            self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
+
+    def _install_hooks(self, module: nn.Module, buckets: list[UnitState]) -> None:
+        """Gradient hooks on the trainable parameters; gather and release hooks on every module."""
         for b in buckets:
             for i, p in enumerate(b.params):
                 p.register_hook(self.placeholder(p))
@@ -296,14 +239,10 @@ class ZeroStage3(ZeroStage2):
             mod.register_forward_pre_hook(self.pre_forward)
             mod.register_forward_hook(self.post_forward, always_call=True)
             mod._parameters = _Parameters(self, mod._parameters)
-        for u in self.units:
-            if u.persistent:
-                u.unit.gather()
-        return buckets
 
     def _adopt(self, params: list[nn.Parameter], name: str) -> Unit:
-        """A unit for ``params``: the one ``zero_init.Init`` made if it holds exactly them, else a new one."""
-        olds = list(dict.fromkeys(getattr(p, "_z3_unit", None) for p in params))
+        """A unit for ``params``: the one ``init.Init`` made if it holds exactly them, else a new one."""
+        olds = list(dict.fromkeys(map(unit_of, params)))
         old = olds[0]
         if len(olds) == 1 and old is not None and old.group is self.group and \
                 [id(p) for p in old.params] == [id(p) for p in params]:
@@ -332,10 +271,10 @@ class ZeroStage3(ZeroStage2):
         if u.unit.full is None:
             if op != PREFETCH:
                 while self.live_numel() + u.size > self.max_live:  # release the oldest units not in use
-                    idle = [v for v in self.units if v.unit.full is not None and not v.persistent and v.hold == 0]
-                    if not idle:
+                    oldest = oldest_idle(self.units)
+                    if oldest is None:
                         break
-                    self.release(min(idle, key=lambda v: v.age))
+                    self.release(oldest)
             self.path.announce((u.index, op))
             u.unit.gather(async_op=op == PREFETCH)
             self._clock += 1
@@ -356,23 +295,8 @@ class ZeroStage3(ZeroStage2):
         if self.gather_log is not None:
             self.gather_log.append(GatherEvent(kind, u.name, self.live_numel()))
 
-    def _different_paths(self, did: list[tuple[int, int]]) -> str:
-        """The error when the ranks' collectives differ: ``did[r]`` is rank r's (unit, op) where they part."""
-        ranks: dict[tuple, list[int]] = {}
-        for r, key in enumerate(did):
-            ranks.setdefault(key, []).append(r)
-        said = " while ".join(self._say(i, o, rs) for (i, o), rs in ranks.items())
-        return (f"ZeRO-3: the ranks took different paths through the model: {said}. Every rank must call the "
-                "same modules in the same order (a block skipped on one rank, an expert unused on one rank, "
-                "generation stopping at different lengths all break this); otherwise their collectives would "
-                "not match and training would hang.")
-
-    def _say(self, i: int, o: int, ranks: list[int]) -> str:
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
-        if (i, o) == END:
-            return f"{who} {'has' if len(ranks) == 1 else 'have'} no more modules in this micro-step"
-        verb = _VERBS[o][0] if len(ranks) == 1 else _VERBS[o][1]
-        return f"{who} {verb} '{self.units[i].name}'{_VERBS[o][2]}"
+    def _unit_names(self) -> list[str]:
+        return [u.name for u in self.units]
 
     def _run_like(self, key: tuple[int, int]):
         """The collective ``key`` names (what the other ranks run now), on scratch buffers."""
@@ -380,47 +304,25 @@ class ZeroStage3(ZeroStage2):
         u = state.unit
         if op == REDUCE:
             n = state.reduce_group.shard_numel
-            full, shard = u._empty(n * self.world_size).zero_(), u._empty(n).zero_()  # zeros, not stale memory
+            full, shard = u.empty(n * self.world_size).zero_(), u.empty(n).zero_()  # zeros, not stale memory
             return comm.reduce_scatter(shard, full, group=self.group, async_op=True)
-        full, shard = u._empty(u.size).zero_(), u._empty(u.layout.shard_numel).zero_()
+        full, shard = u.empty(u.size).zero_(), u.empty(u.layout.shard_numel).zero_()
         return comm.all_gather(full, shard, group=self.group, async_op=True)
 
     # ---------------------------------------------------------------- trace and prefetch
     def on_use(self, u: UnitState) -> None:
         """A use of ``u``: record it (first micro-step) or follow the trace and prefetch what comes next."""
-        if self._recording:
-            self._trace.append(u)
-        elif self._trace is not None:
-            if self._pos < len(self._trace) and self._trace[self._pos] is u:
-                u.trace_pos = self._pos
-                self._pos += 1
-                budget = self.prefetch_bucket_size
-                for v in self._trace[self._pos:]:
-                    if budget <= 0 or (v.unit.full is None and self.live_numel() + v.size > self.max_live):
-                        break
-                    if v.unit.full is None:
-                        self.fetch(v, PREFETCH)
-                        budget -= v.size
-            else:
-                self._trace = None  # the order changed: stop prefetching, record again next step
+        budget = self.prefetch_bucket_size
+        for v in self.trace.use(u):
+            if budget <= 0 or (v.unit.full is None and self.live_numel() + v.size > self.max_live):
+                break
+            if v.unit.full is None:
+                self.fetch(v, PREFETCH)
+                budget -= v.size
 
     def reused_soon(self, u: UnitState) -> bool:
-        """Keep ``u`` gathered after this use? Yes if the recorded order uses it again before ``max_reuse_distance``
-        elements of units have been used (DeepSpeed's ``__params_to_release``, partitioned_param_coordinator.py)."""
-        if self.max_reuse_distance <= 0 or self._recording or self._trace is None or u.trace_pos is None:
-            return False
-        return self._reuse[u.trace_pos] < self.max_reuse_distance
-
-    def _reuse_distances(self) -> list[float]:
-        """For each use in the trace: elements of the uses between it and the same unit's next use (inf: none)."""
-        out, nxt, total = [float("inf")] * len(self._trace), {}, 0  # nxt[v]: elements from v's next use to the end
-        for i in range(len(self._trace) - 1, -1, -1):
-            v = self._trace[i]
-            if v in nxt:
-                out[i] = total - nxt[v]  # total: elements of the uses after i
-            total += v.size
-            nxt[v] = total
-        return out
+        """Keep ``u`` gathered after this use? Yes if the recorded order uses it again within ``max_reuse_distance``."""
+        return self.trace.reused_within(u, self.max_reuse_distance)
 
     # ---------------------------------------------------------------- forward
     def pre_forward(self, mod: nn.Module, args) -> None:
@@ -458,6 +360,10 @@ class ZeroStage3(ZeroStage2):
 
     # ---------------------------------------------------------------- backward
     def pack(self, t: torch.Tensor):
+        """A tensor autograd saves: one that lives in a gathered unit (a parameter, or a view such as a linear
+        layer's ``weight.t()``) becomes a handle that ``unpack`` re-gathers. So backward gathers what autograd
+        reads, when it reads it, and no saved view pins a full weight from forward to backward (DeepSpeed
+        swaps in its own linear layer for that)."""
         ptr = t.untyped_storage().data_ptr()
         u = self._by_ptr.get(ptr)
         if u is None or u.unit.full is None or u.unit.full.untyped_storage().data_ptr() != ptr:
@@ -482,39 +388,41 @@ class ZeroStage3(ZeroStage2):
         return t
 
     def placeholder(self, p: nn.Parameter):
+        """AccumulateGrad checks a gradient against the parameter's shape: a released parameter gets a
+        one-element placeholder of its full shape while its gradient accumulates."""
         def hook(grad: torch.Tensor) -> None:
             if p.data.shape != grad.shape:  # released; AccumulateGrad needs the shape, never the values
                 p.data = grad.new_empty(1).expand(grad.shape)
         return hook
 
+    def reduces_this_micro_step(self) -> bool:
+        return True  # every micro-step: there is no full buffer to accumulate into
+
+    def init_bucket(self, b: UnitState, masters: dict) -> None:
+        b.partition = self.new_partition(b, self.master_shard(b, masters, full=False), grad=True)
+
     def on_grad_ready(self, b: UnitState, i: int, param: torch.Tensor) -> None:
-        super().on_grad_ready(b, i, param)  # copy into the unit's staging buffer, free param.grad
+        self.grads.stage(b, i, param)  # into the unit's staging buffer; param.grad is freed
         if b.unit.full is None or b.unit.work is not None:
-            param.data = b.flat_param.new_empty(0)  # drop the placeholder
+            param.data = b.unit.empty(0)  # drop the placeholder
 
     def reduce_bucket(self, b: UnitState) -> None:
-        """Into its group's buffer; the group's reduce-scatter once its last unit is in (ZeRO-2's per bucket)."""
+        """Into its group's buffer; the group's reduce-scatter once its last unit is in."""
         g = b.reduce_group
-        staging = b.staging if b.staging is not None else torch.zeros_like(b.flat_param)
-        b.staging = None
-        flat = g.put(b, staging)
+        flat = g.put(b, self.grads.take(b, b.unit.part.dtype, b.unit.device))
         if flat is None:
             return
         self.path.announce((g.units[0].index, REDUCE))
-        mine = flat[self.rank * g.shard_numel:(self.rank + 1) * g.shard_numel]
-        work = comm.reduce_scatter(mine, flat, group=self.group, async_op=self.overlap_comm)
+        self.grads.reduce(flat, into=[(u.partition, offset) for u, offset in g.offsets.items()])
 
-        def then():  # each unit's shard into its gradient partition (on the host under offload)
-            for u, off in g.offsets.items():
-                piece = mine[off:off + u.layout.shard_numel]
-                if self.offload is not None:
-                    self.offload.add_grad(u.partition, piece)
-                else:
-                    u.partition.grad.add_(piece)
-        self._async(work, then)
+    def grad_shards(self) -> list[torch.Tensor]:
+        return self.grads.averaged([b.partition for b in self.buckets])
+
+    def clear_grads(self) -> None:
+        self.grads.clear([b.partition for b in self.buckets])
 
     def end_backward(self, failed: bool = False) -> None:
-        steady = not self._recording and self._trace is not None  # following a recorded order: it repeats
+        steady = self.trace.steady  # following a recorded order: it repeats
         try:
             super().end_backward(failed)
         except BaseException:
@@ -532,13 +440,7 @@ class ZeroStage3(ZeroStage2):
             u.pending, u.in_backward = 0, False
             if u.hold == 0:
                 self.release(u)
-        if self._trace is None:
-            self._trace, self._recording = [], True
-        elif self._recording:
-            self._recording, self._reuse = False, self._reuse_distances()
-        self._pos = 0
-        for u in self.units:
-            u.trace_pos = None
+        self.trace.end_micro_step()
 
     # ---------------------------------------------------------------- step and state
     def state_tensors(self) -> dict[str, list[torch.Tensor]]:

@@ -1,14 +1,12 @@
-"""Partitioned parameters (DeepSpeed's ``partition_parameters.py``): ``Unit``, ``Init``, ``GatheredParameters``.
+"""Building and editing a partitioned model (DeepSpeed's ``zero.Init``, ``zero.GatheredParameters``).
 
-A ``Unit`` is a group of parameters partitioned together: rank r keeps shard r of their flat padded
-buffer (``unit.part``) and ``param.data`` is empty until ``unit.gather()`` (an all-gather; the
-parameters become views into the full buffer) and again after ``unit.release()``. ZeroStage3
-(zero_ref/stages/zero3.py) decides when; this module builds units and gathers them on request:
+ZeroStage3 (``stage.py``) decides when a ``Unit`` (``unit.py``) is gathered; this module builds units as
+a model is constructed and gathers them on request:
 
-    with zero_init.Init():
+    with zero3.Init():
         model = GPT(cfg)        # each module is partitioned as soon as its own __init__ returns
     opt = ZeroStage3(model)     # adopts those partitions as its units (no gather)
-    with zero_init.GatheredParameters(model.ln_f.parameters(), modifier_rank=0):
+    with zero3.GatheredParameters(model.ln_f.parameters(), modifier_rank=0):
         if rank == 0:
             model.ln_f.weight.fill_(1.0)   # broadcast from rank 0 and re-partitioned on exit
 
@@ -39,87 +37,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from zero_ref import comm
-from zero_ref.stages.flat import FlatLayout
+from zero_ref.stages.zero3.unit import Unit, unit_of
 
-__all__ = ["Unit", "Init", "GatheredParameters", "register_external_parameter", "unregister_external_parameter"]
-
-
-class Unit:
-    """Parameters partitioned together: rank r keeps shard r (``part``) of their flat padded buffer."""
-
-    def __init__(self, name: str, params: list[nn.Parameter], group=None):
-        self.name, self.params, self.group = name, params, group
-        self.rank = dist.get_rank(group)
-        self.device = params[0].device  # where the gathered parameters compute
-        self.offload = None  # a ``zero_ref.offload.ParamOffload`` when ``part`` lives on the host or in a file
-        self.layout = FlatLayout([p.shape for p in params], dist.get_world_size(group))
-        self.part = torch.zeros(self.layout.shard_numel, dtype=params[0].dtype, device=params[0].device)
-        for pc in self.layout.pieces(self.rank):  # copy just our slices: no full flat copy is made
-            self.part[pc.shard_start:pc.shard_start + pc.numel] = \
-                params[pc.index].detach().reshape(-1)[pc.param_start:pc.param_end]
-        self.full = self.work = None  # the gathered buffer (None when released); an all-gather in flight
-        # other copies of this rank's shard, kept up to date by repartition(): a stage's fp32 master
-        self.on_repartition: list[Callable[[torch.Tensor], None]] = []
-        for p in params:
-            p._z3_unit = self
-        self.release()
-
-    numel = property(lambda self: self.layout.numel)       # real elements
-    size = property(lambda self: self.layout.padded_numel)  # elements once gathered
-
-    def shard(self, flat: torch.Tensor) -> torch.Tensor:
-        return self.layout.shard(flat, self.rank)
-
-    def _empty(self, n: int) -> torch.Tensor:
-        return torch.empty(n, dtype=self.part.dtype, device=self.device)
-
-    def device_part(self) -> torch.Tensor:
-        """This rank's shard on the compute device: ``part``, or a copy in from the host / NVMe (offload_param)."""
-        return self.part if self.offload is None else self.offload.fetch(self)
-
-    def gather(self, async_op: bool = False) -> None:
-        self.full = self._empty(self.size)
-        self.work = comm.all_gather(self.full, self.device_part(), group=self.group, async_op=async_op)
-        if not async_op:
-            self.wait()
-
-    def wait(self) -> None:
-        """Finish an all-gather in flight; the parameters become views into the full buffer."""
-        if self.work is not None:
-            self.work.wait()
-            self.work = None
-        for p, view in zip(self.params, self.layout.unflatten(self.full)):
-            p.data = view
-
-    def release(self) -> None:
-        if self.work is not None:
-            self.work.wait()
-            self.work = None
-        self.full = None
-        for p in self.params:
-            p.data = self._empty(0)
-
-    def take_from(self, rank: int = 0) -> None:
-        """Every rank takes group rank ``rank``'s gathered values (a broadcast of the full buffer)."""
-        src = rank if self.group is None else dist.get_global_rank(self.group, rank)
-        comm.broadcast(self.full, src=src, group=self.group)
-
-    def repartition(self) -> None:
-        """Keep this rank's shard of the (edited) full buffer, and hand it to ``on_repartition``."""
-        shard = self.shard(self.full)
-        for keep in self.on_repartition:  # first: one that refuses leaves the partition as it was
-            keep(shard)
-        if self.offload is not None:
-            self.offload.write_part(self, shard)
-        else:
-            self.part.copy_(shard)
+__all__ = ["Init", "GatheredParameters", "register_external_parameter", "unregister_external_parameter",
+           "registered_external_parameters"]
 
 
 class GatheredParameters:
@@ -133,7 +60,7 @@ class GatheredParameters:
         # DeepSpeed's keywords: enabled=False makes the block a no-op; fwd_module (registering parameters
         # used outside their module's forward) has no counterpart here and is ignored
         params = [] if not enabled else [params] if isinstance(params, torch.Tensor) else list(params)
-        self.units = list(dict.fromkeys(p._z3_unit for p in params if hasattr(p, "_z3_unit")))
+        self.units = [u for u in dict.fromkeys(map(unit_of, params)) if u is not None]
         self.modifier_rank = modifier_rank
 
     def __enter__(self):
@@ -237,7 +164,7 @@ class Init:
         self._patched.append((cls, init))
 
     def _partition(self, module: nn.Module) -> None:
-        params = [p for p in module.parameters(recurse=False) if not hasattr(p, "_z3_unit")]  # tied: once
+        params = [p for p in module.parameters(recurse=False) if unit_of(p) is None]  # tied: once
         if params:
             # rank 0's values on every rank before each keeps its shard, as DeepSpeed's Init does
             # (_zero_init_param): a model built with per-rank seeds is still one model
@@ -246,14 +173,14 @@ class Init:
                 with torch.no_grad():
                     for p in params:
                         comm.broadcast(p.data, src=src, group=self.group)
-            Unit(type(module).__name__, params, self.group)  # kept alive by the parameters (p._z3_unit)
+            Unit(type(module).__name__, params, self.group)  # kept alive by the parameters (unit_of)
 
 
 def _apply_gathered(module: nn.Module, fn):
     """``nn.Module.apply`` with each module's own parameters gathered around ``fn(module)``."""
     for child in module.children():
         child.apply(fn)
-    units = [u for u in dict.fromkeys(getattr(p, "_z3_unit", None) for p in module.parameters(recurse=False))
+    units = [u for u in dict.fromkeys(map(unit_of, module.parameters(recurse=False)))
              if u is not None and u.full is None]
     for u in units:
         u.gather()
@@ -283,3 +210,8 @@ def unregister_external_parameter(module: nn.Module, parameter: nn.Parameter) ->
     if not any(p is parameter for p in external):
         raise ValueError(f"unregister_external_parameter: that parameter is not registered on {type(module).__name__}")
     external[:] = [p for p in external if p is not parameter]
+
+
+def registered_external_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters ``register_external_parameter`` declared for ``module``'s forward."""
+    return module.__dict__.get("_z3_external", [])
