@@ -14,11 +14,11 @@ import zero_ref
 SURFACE = [
     ("deepspeed", "zero_ref", ["initialize", "init_distributed", "add_config_arguments", "tp_model_init",
                                "init_inference"]),
-    ("deepspeed.runtime.utils", "zero_ref.runtime.utils", ["set_random_seed", "move_to_device", "see_memory_usage",
+    ("deepspeed.runtime.utils", "zero_ref.ds.runtime.utils", ["set_random_seed", "move_to_device", "see_memory_usage",
                                                            "partition_uniform", "partition_balanced"]),
-    ("deepspeed.utils", "zero_ref.utils", ["RepeatingLoader"]),
-    ("deepspeed.ops.adam", "zero_ref.ops.adam", ["FusedAdam", "DeepSpeedCPUAdam"]),
-    ("deepspeed.pipe", "zero_ref.pipe", ["PipelineModule", "LayerSpec", "TiedLayerSpec"]),
+    ("deepspeed.utils", "zero_ref.ds.utils", ["RepeatingLoader"]),
+    ("deepspeed.ops.adam", "zero_ref.ds.ops.adam", ["FusedAdam", "DeepSpeedCPUAdam"]),
+    ("deepspeed.pipe", "zero_ref.ds.pipe", ["PipelineModule", "LayerSpec", "TiedLayerSpec"]),
 ]
 
 
@@ -53,7 +53,7 @@ def test_version_is_the_deepspeed_api_it_follows(deepspeed):
 def test_set_random_seed_seeds_what_deepspeeds_seeds(deepspeed):
     import random
     from deepspeed.runtime import utils as ds_utils
-    from zero_ref.runtime import utils
+    from zero_ref.ds.runtime import utils
     draws = []
     for seed_fn in (ds_utils.set_random_seed, utils.set_random_seed):
         seed_fn(2 ** 40 + 3)  # beyond numpy's 32 bits: both take it modulo 2**32
@@ -62,8 +62,8 @@ def test_set_random_seed_seeds_what_deepspeeds_seeds(deepspeed):
 
 
 def test_move_to_device_and_repeating_loader():
-    from zero_ref.runtime.utils import move_to_device
-    from zero_ref.utils import RepeatingLoader
+    from zero_ref.ds.runtime.utils import move_to_device
+    from zero_ref.ds.utils import RepeatingLoader
     nested = {"a": [torch.ones(1), (torch.zeros(2),)]}
     moved = move_to_device(nested, torch.device("cpu"))
     assert torch.equal(moved["a"][1][0], torch.zeros(2)) and isinstance(moved["a"][1], tuple)
@@ -73,7 +73,7 @@ def test_move_to_device_and_repeating_loader():
 
 def test_ds_adams_have_deepspeeds_defaults_and_step_as_adamw(deepspeed):
     from deepspeed.ops.adam import DeepSpeedCPUAdam as DsCPU, FusedAdam as DsFused
-    from zero_ref.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from zero_ref.ds.ops.adam import DeepSpeedCPUAdam, FusedAdam
 
     def defaults(cls):
         return {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
@@ -101,7 +101,7 @@ def test_ds_adams_have_deepspeeds_defaults_and_step_as_adamw(deepspeed):
 def test_offload_takes_a_deepspeed_cpu_adam_as_deepspeed_does(one_rank):
     """DeepSpeed refuses a client optimizer with ZeRO-Offload unless it is its DeepSpeedCPUAdam (runtime/engine.py,
     _configure_basic_optimizer); so does zero_ref."""
-    from zero_ref.ops.adam import DeepSpeedCPUAdam
+    from zero_ref.ds.ops.adam import DeepSpeedCPUAdam
     from zero_ref.config import ConfigError
     cfg = {"train_batch_size": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
     model = torch.nn.Linear(4, 2)

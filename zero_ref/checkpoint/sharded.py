@@ -24,7 +24,7 @@ checkpoint and ``latest`` as they were; a stale ``.tmp`` folder is removed by th
 Safe to load: files are read with ``torch.load(weights_only=True)``, which refuses any pickled object
 that is not a tensor or a plain container, so a checkpoint cannot run code (``CheckpointError``).
 Reading needs no engine: ``zero_ref.checkpoint.format`` holds the reader and consolidates any checkpoint
-into one fp32 state dict (``python -m zero_ref.zero_to_fp32``).
+into one fp32 state dict (``python -m zero_ref.ds.utils.zero_to_fp32``).
 """
 from __future__ import annotations
 

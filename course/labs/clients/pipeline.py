@@ -27,8 +27,8 @@ def get_args():
         from deepspeed.utils import RepeatingLoader
     else:
         import zero_ref as deepspeed  # the import lines are all that differ
-        from zero_ref.pipe import LayerSpec, PipelineModule
-        from zero_ref.utils import RepeatingLoader
+        from zero_ref.ds.pipe import LayerSpec, PipelineModule
+        from zero_ref.ds.utils import RepeatingLoader
     parser = argparse.ArgumentParser(description="pipeline", parents=[pre])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--pipeline-parallel-size", type=int, default=2)
