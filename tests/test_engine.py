@@ -360,7 +360,7 @@ def test_clear_errors(one_rank):
 def test_schedules_equal_deepspeeds(name, params, monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
     ds_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
-    from zero_ref import lr_schedules
+    from zero_ref.ds.runtime import lr_schedules
 
     class Groups:  # what a schedule needs from an optimizer
         def __init__(self):
@@ -389,7 +389,8 @@ def test_one_cycle_and_range_test_equal_deepspeeds(name, params, monkeypatch):
     the cycle and the decay after it, equal DeepSpeed 0.19.8's classes on a torch Adam with two groups."""
     monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
     ds_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
-    from zero_ref import config as C, lr_schedules
+    from zero_ref import config as C
+    from zero_ref.ds.runtime import lr_schedules
 
     def groups():
         return [{"params": [torch.nn.Parameter(torch.zeros(1))]}, {"params": [torch.nn.Parameter(torch.zeros(1))]}]

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import zero_ref
-from zero_ref import hf
+from zero_ref.ds import hf
 from zero_ref.config import ConfigError
 
 V, T, MICRO, GAS, STEPS, WORLD = 101, 8, 2, 2, 3, 2

@@ -32,7 +32,7 @@ def train(rank, world, stage: int, how: str, which: str = "zero_ref", bf16: bool
         os.environ["DS_ACCELERATOR"] = "cpu"  # (in a rank's own process)
         import deepspeed as ds
     else:
-        import zero_ref as ds
+        import zero_ref.ds as ds
     model = build_model()
     config = ds_config(stage, bf16)
     if offload:

@@ -22,13 +22,13 @@ _LAZY = {
     "RankError": ("zero_ref.launcher", "RankError"),
     "RankTimeout": ("zero_ref.launcher", "RankTimeout"),
     # DeepSpeed's entry points, from the ds wing
-    "initialize": ("zero_ref.ds.engine", "initialize"),
-    "init_distributed": ("zero_ref.ds.comm", "init_distributed"),
-    "add_config_arguments": ("zero_ref.ds.compat", "add_config_arguments"),
-    "tp_model_init": ("zero_ref.ds.compat", "tp_model_init"),
-    "init_inference": ("zero_ref.ds.compat", "init_inference"),
-    "zero": ("zero_ref.ds.zero", None),
-    "checkpointing": ("zero_ref.ds.checkpointing", None),
+    "initialize": ("zero_ref.ds", "initialize"),
+    "init_distributed": ("zero_ref.ds", "init_distributed"),
+    "add_config_arguments": ("zero_ref.ds", "add_config_arguments"),
+    "tp_model_init": ("zero_ref.ds", "tp_model_init"),
+    "init_inference": ("zero_ref.ds", "init_inference"),
+    "zero": ("zero_ref.ds", "zero"),
+    "checkpointing": ("zero_ref.ds", "checkpointing"),
 }
 
 __all__ = ["launch", "LaunchError", "RankError", "RankTimeout", "initialize", "init_distributed",

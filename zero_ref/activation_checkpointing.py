@@ -3,7 +3,7 @@
 Recomputing activations, not saving a run (that is ``zero_ref.checkpoint``). ``zero_ref.ds.checkpointing``
 is this module under DeepSpeed's name, so scripts written for ``import deepspeed`` run unchanged:
 
-    from zero_ref import checkpointing
+    from zero_ref.ds import checkpointing
     checkpointing.configure(groups, partition_activations=True)   # or deepspeed_config=the JSON
     x = checkpointing.checkpoint(block, x)                        # keeps only x; reruns block in backward
 

@@ -43,7 +43,7 @@ from zero_ref.stages.base import HYPER
 from zero_ref.checkpoint.format import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, numel, optim_file,
                                         param_file, resolve)
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "commit"]
 
 
 # ---------------------------------------------------------------- what a rank owns
@@ -211,7 +211,7 @@ def save(engine, save_dir: str, tag=None, client_state: dict | None = None, save
     if rank == 0:
         try:
             _write_metadata(engine, tmp, names, all_sizes)
-            _commit(save_dir, tmp, tag, save_latest)
+            commit(save_dir, tmp, tag, save_latest)
         except BaseException as e:
             ok[0], error = 0, e
     if world > 1:
@@ -281,7 +281,7 @@ def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
     _fsync_dir(tmp)
 
 
-def _commit(save_dir: str, tmp: str, tag: str, save_latest: bool) -> None:
+def commit(save_dir: str, tmp: str, tag: str, save_latest: bool) -> None:
     final, old = os.path.join(save_dir, tag), None
     if os.path.exists(final):  # re-saving a tag: move the old one aside first (a directory cannot be replaced)
         old = tmp.replace(".tmp-", ".old-")

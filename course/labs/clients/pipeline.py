@@ -26,7 +26,7 @@ def get_args():
         from deepspeed.pipe import LayerSpec, PipelineModule
         from deepspeed.utils import RepeatingLoader
     else:
-        import zero_ref as deepspeed  # the import lines are all that differ
+        import zero_ref.ds as deepspeed  # the import lines are all that differ
         from zero_ref.ds.pipe import LayerSpec, PipelineModule
         from zero_ref.ds.utils import RepeatingLoader
     parser = argparse.ArgumentParser(description="pipeline", parents=[pre])
