@@ -6,6 +6,8 @@ arguments, the client optimizer read as Adam(W) hyper-parameters, models built b
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn as nn
 
@@ -44,6 +46,24 @@ def add_config_arguments(parser):
     group.add_argument("--deepscale", default=False, action="store_true", help="Deprecated: --deepspeed")
     group.add_argument("--deepscale_config", default=None, type=str, help="Deprecated: --deepspeed_config")
     return parser
+
+
+def config_source(args, config, config_params):
+    """The config ``initialize`` was given: ``config=``, its older name ``config_params=``, or
+    ``args.deepspeed_config`` (``args.deepscale_config``, deprecated); exactly one of them."""
+    if config is not None and config_params is not None:
+        raise ValueError("initialize: give config= or its older name config_params=, not both")
+    config = config if config is not None else config_params
+    from_args = getattr(args, "deepspeed_config", None)
+    if from_args is None and getattr(args, "deepscale_config", None) is not None:  # DeepSpeed still reads it
+        warnings.warn("args.deepscale_config is deprecated: use --deepspeed_config", DeprecationWarning)
+        from_args = args.deepscale_config
+    if config is not None and from_args is not None:
+        raise ValueError("initialize: the config is given twice (config= and args.deepspeed_config); give one")
+    config = config if config is not None else from_args
+    if config is None:
+        raise ValueError("initialize: no config; pass config= (a dict or a JSON path) or args.deepspeed_config")
+    return config
 
 
 def adopt_deepspeed_zero_init(module: nn.Module) -> None:

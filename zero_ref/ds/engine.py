@@ -30,7 +30,8 @@ import torch.nn as nn
 from zero_ref import activation_checkpointing, checkpoint, comm
 from zero_ref.config import Config, load, parse
 from zero_ref.ds.comm import init_distributed
-from zero_ref.ds.compat import Accessors, adopt_deepspeed_zero_init, client_adam, refuse_expert_parallel
+from zero_ref.ds.compat import (Accessors, adopt_deepspeed_zero_init, client_adam, config_source,
+                                refuse_expert_parallel)
 from zero_ref.ds.runtime import lr_schedules
 from zero_ref.ds.stage0_state import Stage0Optimizer
 from zero_ref.ds.torch_backward import TorchBackward
@@ -62,19 +63,7 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
     for name, value in (("mpu", mpu), ("mesh_param", mesh_param)):
         if value is not None:
             raise ValueError(f"initialize: {name}= (model parallelism) is not supported by zero_ref's engine")
-    if config is not None and config_params is not None:
-        raise ValueError("initialize: give config= or its older name config_params=, not both")
-    config = config if config is not None else config_params
-    from_args = getattr(args, "deepspeed_config", None)
-    if from_args is None and getattr(args, "deepscale_config", None) is not None:  # DeepSpeed still reads it
-        warnings.warn("args.deepscale_config is deprecated: use --deepspeed_config", DeprecationWarning)
-        from_args = args.deepscale_config
-    if config is not None and from_args is not None:
-        raise ValueError("initialize: the config is given twice (config= and args.deepspeed_config); give one")
-    config = config if config is not None else from_args
-    if config is None:
-        raise ValueError("initialize: no config; pass config= (a dict or a JSON path) or args.deepspeed_config")
-    raw = load(config)  # a missing file or bad JSON fails here, before any process group exists
+    raw = load(config_source(args, config, config_params))  # a missing file or bad JSON fails here, before any process group exists
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     kind = next((engine for module, engine in ENGINES.items() if isinstance(model, module)), Engine)
     engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
