@@ -177,7 +177,7 @@ class Engine(TorchBackward, Accessors, nn.Module):
     # ------------------------------------------------------------ the training loop
     def forward(self, *args, **kwargs):
         """The module's forward. Its outputs that need gradients get a hook: a ``loss.backward()`` through
-        them runs as ``engine.backward(loss)`` does (see the note above ``_hook_outputs``)."""
+        them runs as ``engine.backward(loss)`` does (see torch_backward)."""
         start = time.perf_counter()
         out = self.module(*args, **kwargs)
         if self._hook_outputs(out):

@@ -1,10 +1,10 @@
 """HuggingFace Transformers models under zero_ref (chapter 11).
 
-A ``transformers`` model is an ``nn.Module``, and ``zero_ref.ds.engine.initialize`` trains one at every
+A ``transformers`` model is an ``nn.Module``, and ``zero_ref.ds.initialize`` trains one at every
 ZeRO stage as it is; no wrapper is needed:
 
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, ...))  # nothing downloaded
-    engine, *_ = zero_ref.ds.engine.initialize(model=model, config=ds_config)
+    engine, *_ = zero_ref.ds.initialize(model=model, config=ds_config)
     out = engine(input_ids=ids, labels=ids)     # a ModelOutput; .loss is the mean next-token cross-entropy
     engine.backward(out.loss)
     engine.step()
@@ -28,7 +28,7 @@ places where transformers and DeepSpeed meet:
   equal in distribution, not bit for bit, to a build without DeepSpeed.)
 - ``fill_auto``: the ``"auto"`` values of a DeepSpeed config filled from the Trainer's
   ``TrainingArguments``, as transformers' ``HfTrainerDeepSpeedConfig`` does, so the config a Trainer
-  user already has drives ``zero_ref.ds.engine.initialize`` too.
+  user already has drives ``zero_ref.ds.initialize`` too.
 - ``param_count``: the parameters of a GPT-2 or LLaMA config, by formula, without building it.
 """
 from __future__ import annotations
