@@ -53,7 +53,7 @@ def train(rank, world, which: str, stage: int, bf16: bool = False, script: str =
     if which == "deepspeed":
         import deepspeed as ds
     else:
-        import zero_ref.ds.engine as ds
+        import zero_ref.ds as ds
     nanogpt = script == "nanogpt"
     model = build_model(seed=1337 + rank if nanogpt else 0)
     params = hf_groups(model) if nanogpt else [p for p in model.parameters() if p.requires_grad]
