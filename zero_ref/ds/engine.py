@@ -63,7 +63,8 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
     for name, value in (("mpu", mpu), ("mesh_param", mesh_param)):
         if value is not None:
             raise ValueError(f"initialize: {name}= (model parallelism) is not supported by zero_ref's engine")
-    raw = load(config_source(args, config, config_params))  # a missing file or bad JSON fails here, before any process group exists
+    # a missing file or bad JSON fails here, before any process group exists
+    raw = load(config_source(args, config, config_params))
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     kind = next((engine for module, engine in ENGINES.items() if isinstance(model, module)), Engine)
     engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,

@@ -1,4 +1,5 @@
 """``deepspeed.zero``: build a model already partitioned (``Init``) and gather parameters for a block."""
-from zero_ref.stages.zero_init import GatheredParameters, Init, register_external_parameter, unregister_external_parameter
+from zero_ref.stages.zero_init import (GatheredParameters, Init, register_external_parameter,
+                                       unregister_external_parameter)
 
 __all__ = ["Init", "GatheredParameters", "register_external_parameter", "unregister_external_parameter"]
