@@ -39,7 +39,7 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
     {
         "sim",
         "zero_ref.checkpoint",
-        "zero_ref.checkpointing",
+        "zero_ref.ds.checkpointing",
         "zero_ref.collective_algorithms",
         "zero_ref.comm",
         "zero_ref.compression",
@@ -47,11 +47,11 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.config.batch",
         "zero_ref.config.schema",
         "zero_ref.diagnostics",
-        "zero_ref.engine",
-        "zero_ref.hf",
+        "zero_ref.ds.engine",
+        "zero_ref.ds.hf",
         "zero_ref.kernels",
         "zero_ref.launch",
-        "zero_ref.lr_schedules",
+        "zero_ref.ds.runtime.lr_schedules",
         "zero_ref.measure",
         "zero_ref.memory",
         "zero_ref.models",
@@ -73,7 +73,7 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "zero_ref.stages",
         "zero_ref.stages.flat",
         "zero_ref.stages.zero3",
-        "zero_ref.zero_to_fp32",
+        "zero_ref.ds.utils.zero_to_fp32",
     }
 )
 
@@ -325,8 +325,8 @@ CHAPTERS: tuple[Chapter, ...] = (
         modules=(
             "zero_ref.config",
             "zero_ref.config.schema",
-            "zero_ref.engine",
-            "zero_ref.lr_schedules",
+            "zero_ref.ds.engine",
+            "zero_ref.ds.runtime.lr_schedules",
             "zero_ref.precision",
         ),
     ),
@@ -344,7 +344,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "optimizer.step",
         ),
         seed="Seed ch.1 §1.2 (the three-step port) and ch.9–12 (deployment)",
-        modules=("zero_ref.engine", "zero_ref.config", "zero_ref.models", "zero_ref.launch"),
+        modules=("zero_ref.ds.engine", "zero_ref.config", "zero_ref.models", "zero_ref.launch"),
     ),
     Chapter(
         number=11,
@@ -360,12 +360,12 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.9–12 (HuggingFace Transformers integration)",
         modules=(
-            "zero_ref.engine",
+            "zero_ref.ds.engine",
             "zero_ref.config",
             "zero_ref.measure",
             "zero_ref.launch",
             "zero_ref.comm",
-            "zero_ref.hf",
+            "zero_ref.ds.hf",
             "zero_ref.memory",
             "zero_ref.stages.zero3",
         ),
@@ -387,7 +387,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         seed="Seed ch.9–12 (troubleshooting); the troubleshooting skill listed in seed ch.1 §1.1",
         modules=(
             "zero_ref.diagnostics",
-            "zero_ref.engine",
+            "zero_ref.ds.engine",
             "zero_ref.config",
             "zero_ref.memory",
             "zero_ref.launch",
@@ -456,7 +456,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         seed="Seed ch.13–20 (activation checkpointing)",
         modules=(
-            "zero_ref.checkpointing",
+            "zero_ref.ds.checkpointing",
             "zero_ref.memory",
             "zero_ref.measure",
             "zero_ref.models",
@@ -742,7 +742,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "zero_ref.comm",
             "zero_ref.stages.flat",
             "zero_ref.models",
-            "zero_ref.zero_to_fp32",
+            "zero_ref.ds.utils.zero_to_fp32",
         ),
     ),
     Chapter(

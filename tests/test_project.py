@@ -44,7 +44,7 @@ def test_requirements_are_pinned():
 
 # The torch-free floor: the simulator and the zero_ref modules it stands on import neither torch nor, until a
 # figure is drawn, matplotlib or ipywidgets, so planning a run needs no deep-learning stack.
-TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.lr_schedules",
+TORCH_FREE = ("zero_ref", "zero_ref.memory", "zero_ref.ds.runtime.lr_schedules",
               "zero_ref.config", *(f"zero_ref.config.{m.name}" for m in pkgutil.iter_modules(zero_ref.config.__path__)),
               "zero_ref.parallel", "zero_ref.parallel.topology", "zero_ref.parallel.schedules",
               "sim", *(m.name for m in pkgutil.walk_packages(sim.__path__, "sim.")))

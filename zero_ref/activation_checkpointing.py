@@ -1,9 +1,9 @@
 """Activation checkpointing with DeepSpeed's API (``deepspeed.checkpointing``), on zero_ref.
 
-Recomputing activations, not saving a run (that is ``zero_ref.checkpoint``). ``zero_ref.checkpointing``
+Recomputing activations, not saving a run (that is ``zero_ref.checkpoint``). ``zero_ref.ds.checkpointing``
 is this module under DeepSpeed's name, so scripts written for ``import deepspeed`` run unchanged:
 
-    from zero_ref import checkpointing
+    from zero_ref.ds import checkpointing
     checkpointing.configure(groups, partition_activations=True)   # or deepspeed_config=the JSON
     x = checkpointing.checkpoint(block, x)                        # keeps only x; reruns block in backward
 
@@ -145,7 +145,7 @@ def configure_from_config(cfg, mpu_=None) -> list[str]:
         partition = False
         notes.append(f"{key}.partition_activations (and contiguous_memory_optimization) not applied: no "
                      "tensor-parallel group is known, so there is nothing to split over; call "
-                     "zero_ref.checkpointing.configure(mpu, deepspeed_config=...) with your groups")
+                     "zero_ref.ds.checkpointing.configure(mpu, deepspeed_config=...) with your groups")
     configure(mpu_, deepspeed_config=cfg, partition_activations=partition,
               contiguous_checkpointing=ac.contiguous_memory_optimization and partition)
     return notes

@@ -12,7 +12,6 @@ backend (gloo on CPU, NCCL on CUDA), checks shapes with a clear error, and — i
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -108,7 +107,8 @@ def hooked(hook):
         _hooks.remove(hook)
 
 
-def _record(op: str, tensor: torch.Tensor | None, group) -> None:
+def record(op: str, tensor: torch.Tensor | None, group) -> None:
+    """Run the hooks and append one ``CommRecord`` to every active recording (each collective calls this)."""
     for hook in _hooks:
         hook(op, tensor, group)
     if _logs:
@@ -159,7 +159,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group=None, async_op: bool
     """In place: every rank ends with the reduction of all ranks' ``tensor``."""
     op = _op_name(op)
     _check_avg(op, async_op)
-    _record("all_reduce", tensor, group)
+    record("all_reduce", tensor, group)
     work = dist.all_reduce(tensor, op=_reduce_op(op), group=group, async_op=async_op)
     if op == "avg":
         tensor.div_(dist.get_world_size(group))
@@ -176,7 +176,7 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", g
         raise ValueError("reduce_scatter: the output must be contiguous (it receives the reduced chunk in place)")
     _check_split("reduce_scatter", output, input, n)
     _check_avg(op, async_op)
-    _record("reduce_scatter", input, group)
+    record("reduce_scatter", input, group)
     work = _reduce_scatter_single(output.view(-1), input.reshape(-1), op=_reduce_op(op), group=group,
                                   async_op=async_op)
     if op == "avg":
@@ -189,16 +189,16 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group=None, async_op: 
     DeepSpeed's (and torch's) list of n tensors, one per rank."""
     if isinstance(output, (list, tuple)):
         # the full buffer's size and dtype for the record, without allocating it
-        _record("all_gather", torch.empty(len(output) * input.numel(), dtype=input.dtype, device="meta"), group)
+        record("all_gather", torch.empty(len(output) * input.numel(), dtype=input.dtype, device="meta"), group)
         return dist.all_gather(list(output), input, group=group, async_op=async_op)
     _check_split("all_gather", input, output, dist.get_world_size(group))
-    _record("all_gather", output, group)
+    record("all_gather", output, group)
     return _all_gather_single(output, input, group=group, async_op=async_op)
 
 
 def broadcast(tensor: torch.Tensor, src: int, group=None, async_op: bool = False):
     """Copy rank ``src``'s ``tensor`` to every rank (``src`` is a global rank)."""
-    _record("broadcast", tensor, group)
+    record("broadcast", tensor, group)
     return dist.broadcast(tensor, src=src, group=group, async_op=async_op)
 
 
@@ -213,45 +213,42 @@ def all_to_all(output: torch.Tensor, input: torch.Tensor, output_split_sizes=Non
         if splits is not None and (len(splits) != n or sum(splits) != t.shape[0]):
             raise ValueError(f"all_to_all: {name}_split_sizes {list(splits)} must have {n} entries summing "
                              f"to dim 0 ({t.shape[0]})")
-    _record("all_to_all", input, group)
+    record("all_to_all", input, group)
     return dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group,
                                   async_op=async_op)
 
 
 def send(tensor: torch.Tensor, dst: int, group=None) -> None:
     """Blocking point-to-point send to global rank ``dst``."""
-    _record("send", tensor, group)
+    record("send", tensor, group)
     dist.send(tensor, dst=dst, group=group)
 
 
 def recv(tensor: torch.Tensor, src: int, group=None) -> None:
     """Blocking point-to-point receive from global rank ``src`` into ``tensor``."""
-    _record("recv", tensor, group)
+    record("recv", tensor, group)
     dist.recv(tensor, src=src, group=group)
 
 
 def isend(tensor: torch.Tensor, dst: int, group=None):
     """Non-blocking send; returns a work handle to ``wait()`` on."""
-    _record("send", tensor, group)
+    record("send", tensor, group)
     return dist.isend(tensor, dst=dst, group=group)
 
 
 def irecv(tensor: torch.Tensor, src: int, group=None):
     """Non-blocking receive; returns a work handle to ``wait()`` on."""
-    _record("recv", tensor, group)
+    record("recv", tensor, group)
     return dist.irecv(tensor, src=src, group=group)
 
 
 def barrier(group=None) -> None:
     """Wait until every rank of the group arrives."""
-    _record("barrier", None, group)
+    record("barrier", None, group)
     dist.barrier(group=group)
 
 
-# ---------------------------------------------------------------- DeepSpeed's names (deepspeed.comm)
-# With ``import zero_ref as deepspeed``, ``deepspeed.comm.<name>`` is here: the queries a script makes, and
-# the tensor collectives under their DeepSpeed names (the same calls as above, recorded alike).
-
+# ---------------------------------------------------------------- torch.distributed's queries
 def is_initialized() -> bool:
     return dist.is_initialized()
 
@@ -268,36 +265,9 @@ def get_world_size(group=None) -> int:
     return dist.get_world_size(group)
 
 
-def get_local_rank() -> int:
-    """The launcher's LOCAL_RANK (torchrun, deepspeed), 0 without one."""
-    return int(os.environ.get("LOCAL_RANK", 0))
-
-
-def get_global_rank(group=None, group_rank: int = 0) -> int:
-    return dist.get_global_rank(group or dist.group.WORLD, group_rank)
-
-
-def get_all_ranks_from_group(group=None) -> list[int]:
-    return dist.get_process_group_ranks(group or dist.group.WORLD)
-
-
-def get_world_group():
-    return dist.group.WORLD
-
-
 def new_group(ranks):
     return dist.new_group(ranks)
 
 
 def destroy_process_group(group=None) -> None:
     dist.destroy_process_group(group)
-
-
-def init_distributed(*args, **kwargs) -> None:
-    from zero_ref.engine import init_distributed as init
-    init(*args, **kwargs)
-
-
-all_gather_into_tensor = allgather_fn = all_gather
-reduce_scatter_tensor = reduce_scatter_fn = reduce_scatter
-all_to_all_single = all_to_all

@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=2 -m course.labs.either_engine --engine zero_ref --stage 2
     torchrun --nproc_per_node=2 -m course.labs.either_engine --engine deepspeed --stage 2
 
-``--engine`` picks ``import zero_ref as ds`` or ``import deepspeed as ds``; everything after that
+``--engine`` picks ``import zero_ref.ds as ds`` or ``import deepspeed as ds``; everything after that
 line is the same code: ``ds.initialize`` with the same config dict, ``engine(batch)``,
 ``engine.backward(loss)``, ``engine.step()``, and DeepSpeed's accessors. The config holds only keys
 both engines implement (batch keys, an AdamW optimizer section, a WarmupLR schedule, gradient
@@ -37,7 +37,7 @@ def import_engine(name: str):
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed as ds
     else:
-        import zero_ref as ds
+        import zero_ref.ds as ds
     return ds
 
 

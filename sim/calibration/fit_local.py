@@ -28,7 +28,7 @@ stated, not tuned away: on a CPU rank a collective and the compute share the cor
 have overlap_comm off, so the sim keeps the reduce-scatters on the critical path, but it still
 overlaps ZeRO-3's prefetched gathers with compute); gloo runs reduce_scatter as an all-reduce (its
 trace shows ``gloo:all_reduce``), which the ring formula charges half; zero_ref's ZeRO-3 adds small
-header all-gathers that check every rank runs the same collectives (zero_ref.stages.path_check:
+header all-gathers that check every rank runs the same collectives (zero_ref.stages.zero3.path_check:
 before each one until a micro-step's order repeats, then one per micro-step) and Python hooks per
 module.
 

@@ -251,7 +251,7 @@ def two_ranks(rank, world):
 
     from zero_ref import activation_checkpointing as ck, comm
     from zero_ref.config import parse
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     from zero_ref.measure import saved_activation_bytes
     from zero_ref.models import GPT, GPTConfig, make_batch
     from zero_ref.parallel.groups import build_groups

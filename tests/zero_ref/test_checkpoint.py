@@ -167,7 +167,7 @@ def test_consolidation_equals_the_fp32_master_weights(saved, tmp_path):
             assert torch.equal(v, ref), f"{case}: {k}"
     assert state["head.weight"] is state["tok_emb.weight"]  # tied: one tensor under both names
     out = tmp_path / "fp32.pt"
-    run = subprocess.run([sys.executable, "-m", "zero_ref.zero_to_fp32", os.path.join(root, "stage3_bf16"), str(out)],
+    run = subprocess.run([sys.executable, "-m", "zero_ref.ds.utils.zero_to_fp32", os.path.join(root, "stage3_bf16"), str(out)],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "read stage 3, 2 rank(s), step 3; wrote 29 tensors, 13377 elements, 53508 bytes" in run.stdout

@@ -120,8 +120,8 @@ def test_ring_wire_bytes_theory():
 
 
 def deepspeed_style(rank, n):
-    """A script written for deepspeed.comm, run on zero_ref.comm (import zero_ref as deepspeed)."""
-    import zero_ref as deepspeed
+    """A script written for deepspeed.comm, run on zero_ref.comm (import zero_ref.ds as deepspeed)."""
+    import zero_ref.ds as deepspeed
     dc = deepspeed.comm
     out = {"rank": dc.get_rank(), "world": dc.get_world_size(), "local": dc.get_local_rank(),
            "global0": dc.get_global_rank(dc.get_world_group(), 0), "ranks": dc.get_all_ranks_from_group(),

@@ -26,7 +26,7 @@ LAUNCH_TIMEOUT = 180  # the launcher's; the watchdog's are a few seconds
 
 def inspect(rank, world):
     from zero_ref.diagnostics import detect_anomalies, memory_report
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     from zero_ref.precision import LossScaleAtMinimum
     from zero_ref.stages import STAGES, ZeroStage3
 

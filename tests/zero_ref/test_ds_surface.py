@@ -1,5 +1,5 @@
-"""The names DeepSpeed scripts import exist under zero_ref with DeepSpeed 0.19.8's signatures, and behave as
-DeepSpeed's: a script's `import deepspeed` lines resolve after `import zero_ref as deepspeed`."""
+"""The names DeepSpeed scripts import exist under zero_ref.ds with DeepSpeed 0.19.8's signatures, and behave as
+DeepSpeed's: a script's `import deepspeed` lines resolve after `import zero_ref.ds as deepspeed`."""
 import importlib
 import inspect
 import os
@@ -12,13 +12,13 @@ import zero_ref
 
 # (DeepSpeed's module, zero_ref's module, names a script imports from it)
 SURFACE = [
-    ("deepspeed", "zero_ref", ["initialize", "init_distributed", "add_config_arguments", "tp_model_init",
-                               "init_inference"]),
-    ("deepspeed.runtime.utils", "zero_ref.runtime.utils", ["set_random_seed", "move_to_device", "see_memory_usage",
+    ("deepspeed", "zero_ref.ds", ["initialize", "init_distributed", "add_config_arguments", "tp_model_init",
+                                  "init_inference"]),
+    ("deepspeed.runtime.utils", "zero_ref.ds.runtime.utils", ["set_random_seed", "move_to_device", "see_memory_usage",
                                                            "partition_uniform", "partition_balanced"]),
-    ("deepspeed.utils", "zero_ref.utils", ["RepeatingLoader"]),
-    ("deepspeed.ops.adam", "zero_ref.ops.adam", ["FusedAdam", "DeepSpeedCPUAdam"]),
-    ("deepspeed.pipe", "zero_ref.pipe", ["PipelineModule", "LayerSpec", "TiedLayerSpec"]),
+    ("deepspeed.utils", "zero_ref.ds.utils", ["RepeatingLoader"]),
+    ("deepspeed.ops.adam", "zero_ref.ds.ops.adam", ["FusedAdam", "DeepSpeedCPUAdam"]),
+    ("deepspeed.pipe", "zero_ref.ds.pipe", ["PipelineModule", "LayerSpec", "TiedLayerSpec"]),
 ]
 
 
@@ -32,6 +32,38 @@ def parameters(obj) -> list[str]:
     f = obj.__init__ if inspect.isclass(obj) else obj
     return [n for n in inspect.signature(f).parameters if n not in ("self", "args", "kwargs", "super_args",
                                                                       "super_kwargs")]
+
+
+# deepspeed.X -> zero_ref.ds.X: every module a script imports from, and the names it takes from each
+ALIASED = [
+    ("deepspeed", ["initialize", "init_distributed", "add_config_arguments", "tp_model_init", "init_inference",
+                   "zero", "checkpointing", "comm", "__version__"]),
+    ("deepspeed.comm", ["init_distributed", "get_rank", "get_world_size", "get_local_rank", "get_global_rank",
+                        "get_all_ranks_from_group", "get_world_group", "is_initialized", "barrier", "new_group",
+                        "all_reduce", "all_gather", "all_gather_into_tensor", "allgather_fn", "reduce_scatter",
+                        "reduce_scatter_tensor", "reduce_scatter_fn", "all_to_all_single", "broadcast", "ReduceOp"]),
+    ("deepspeed.zero", ["Init", "GatheredParameters", "register_external_parameter"]),
+    ("deepspeed.checkpointing", ["checkpoint", "configure", "is_configured", "get_cuda_rng_tracker",
+                                 "model_parallel_cuda_manual_seed"]),
+    ("deepspeed.accelerator", ["get_accelerator"]),
+    ("deepspeed.runtime.lr_schedules", ["WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"]),
+    ("deepspeed.runtime.utils", ["set_random_seed", "move_to_device", "see_memory_usage"]),
+    ("deepspeed.runtime.dataloader", ["RepeatingLoader"]),
+    ("deepspeed.utils", ["RepeatingLoader", "logger"]),
+    ("deepspeed.utils.zero_to_fp32", ["get_fp32_state_dict_from_zero_checkpoint",
+                                      "convert_zero_checkpoint_to_fp32_state_dict",
+                                      "load_state_dict_from_zero_checkpoint"]),
+    ("deepspeed.ops.adam", ["FusedAdam", "DeepSpeedCPUAdam"]),
+    ("deepspeed.pipe", ["PipelineModule", "LayerSpec", "TiedLayerSpec"]),
+    ("deepspeed.moe.layer", ["MoE"]),
+    ("deepspeed.moe.utils", ["split_params_into_different_moe_groups_for_optimizer"]),
+]
+
+
+@pytest.mark.parametrize("theirs,names", ALIASED, ids=[a[0] for a in ALIASED])
+def test_deepspeeds_module_paths_resolve_under_zero_ref_ds(theirs, names):
+    ours = importlib.import_module(theirs.replace("deepspeed", "zero_ref.ds", 1))
+    assert [n for n in names if not hasattr(ours, n)] == []
 
 
 @pytest.mark.parametrize("theirs,ours,names", SURFACE, ids=[s[0] for s in SURFACE])
@@ -53,7 +85,7 @@ def test_version_is_the_deepspeed_api_it_follows(deepspeed):
 def test_set_random_seed_seeds_what_deepspeeds_seeds(deepspeed):
     import random
     from deepspeed.runtime import utils as ds_utils
-    from zero_ref.runtime import utils
+    from zero_ref.ds.runtime import utils
     draws = []
     for seed_fn in (ds_utils.set_random_seed, utils.set_random_seed):
         seed_fn(2 ** 40 + 3)  # beyond numpy's 32 bits: both take it modulo 2**32
@@ -62,8 +94,8 @@ def test_set_random_seed_seeds_what_deepspeeds_seeds(deepspeed):
 
 
 def test_move_to_device_and_repeating_loader():
-    from zero_ref.runtime.utils import move_to_device
-    from zero_ref.utils import RepeatingLoader
+    from zero_ref.ds.runtime.utils import move_to_device
+    from zero_ref.ds.utils import RepeatingLoader
     nested = {"a": [torch.ones(1), (torch.zeros(2),)]}
     moved = move_to_device(nested, torch.device("cpu"))
     assert torch.equal(moved["a"][1][0], torch.zeros(2)) and isinstance(moved["a"][1], tuple)
@@ -73,7 +105,7 @@ def test_move_to_device_and_repeating_loader():
 
 def test_ds_adams_have_deepspeeds_defaults_and_step_as_adamw(deepspeed):
     from deepspeed.ops.adam import DeepSpeedCPUAdam as DsCPU, FusedAdam as DsFused
-    from zero_ref.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from zero_ref.ds.ops.adam import DeepSpeedCPUAdam, FusedAdam
 
     def defaults(cls):
         return {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
@@ -101,7 +133,7 @@ def test_ds_adams_have_deepspeeds_defaults_and_step_as_adamw(deepspeed):
 def test_offload_takes_a_deepspeed_cpu_adam_as_deepspeed_does(one_rank):
     """DeepSpeed refuses a client optimizer with ZeRO-Offload unless it is its DeepSpeedCPUAdam (runtime/engine.py,
     _configure_basic_optimizer); so does zero_ref."""
-    from zero_ref.ops.adam import DeepSpeedCPUAdam
+    from zero_ref.ds.ops.adam import DeepSpeedCPUAdam
     from zero_ref.config import ConfigError
     cfg = {"train_batch_size": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
     model = torch.nn.Linear(4, 2)

@@ -53,7 +53,7 @@ def train(rank, world, which: str, stage: int, bf16: bool = False, script: str =
     if which == "deepspeed":
         import deepspeed as ds
     else:
-        import zero_ref.engine as ds
+        import zero_ref.ds as ds
     nanogpt = script == "nanogpt"
     model = build_model(seed=1337 + rank if nanogpt else 0)
     params = hf_groups(model) if nanogpt else [p for p in model.parameters() if p.requires_grad]
@@ -238,7 +238,7 @@ def test_parameters_left_out_of_model_parameters_are_not_trained_as_in_deepspeed
 
 def test_one_rank_engine_reproduces_the_plain_loop(one_rank):
     """Chapter 10's first check: the ported script's losses and weights are the plain loop's."""
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     from tests.zero_ref.cases import CFG
     from zero_ref.models import make_batch
 
@@ -280,7 +280,7 @@ def test_one_rank_engine_reproduces_the_plain_loop(one_rank):
 def test_a_client_adam_runs_in_its_own_weight_decay_mode(one_rank, make):
     """The engine steps a client optimizer the way torch would: the decay mode comes from the optimizer's
     decoupled_weight_decay flag (torch's AdamW is an Adam subclass that sets it), not from its class."""
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     from tests.zero_ref.cases import CFG
     from zero_ref.models import make_batch
     batches = [make_batch(CFG, 4, seed=100 + s) for s in range(3)]
@@ -300,7 +300,7 @@ def test_a_client_adam_runs_in_its_own_weight_decay_mode(one_rank, make):
 
 
 def test_a_torch_scheduler_on_the_client_optimizer_drives_the_rate(one_rank):
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     model = build_model()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
@@ -318,7 +318,7 @@ def test_a_torch_scheduler_on_the_client_optimizer_drives_the_rate(one_rank):
 
 def test_clear_errors(one_rank):
     import traceback
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     model = build_model()
     trainable = [p for p in model.parameters() if p.requires_grad]
     adamw = {"optimizer": {"type": "AdamW"}}
@@ -360,7 +360,7 @@ def test_clear_errors(one_rank):
 def test_schedules_equal_deepspeeds(name, params, monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
     ds_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
-    from zero_ref import lr_schedules
+    from zero_ref.ds.runtime import lr_schedules
 
     class Groups:  # what a schedule needs from an optimizer
         def __init__(self):
@@ -389,7 +389,8 @@ def test_one_cycle_and_range_test_equal_deepspeeds(name, params, monkeypatch):
     the cycle and the decay after it, equal DeepSpeed 0.19.8's classes on a torch Adam with two groups."""
     monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
     ds_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
-    from zero_ref import config as C, lr_schedules
+    from zero_ref import config as C
+    from zero_ref.ds.runtime import lr_schedules
 
     def groups():
         return [{"params": [torch.nn.Parameter(torch.zeros(1))]}, {"params": [torch.nn.Parameter(torch.zeros(1))]}]
@@ -417,7 +418,7 @@ def test_dataloader_offload_and_progress(one_rank, capsys):
     """training_data= gives DeepSpeed's loader (micro-batches, this rank's share); the config's offload
     and logging keys reach the stage and the engine."""
     from torch.utils.data import TensorDataset
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     from tests.zero_ref.cases import CFG
     from zero_ref.models import make_batch
     idx, targets = make_batch(CFG, 10, seed=0)
@@ -456,7 +457,7 @@ def test_entry_points_have_deepspeeds_arguments(monkeypatch):
 def test_args_config_passthrough_and_16bit_save(one_rank, tmp_path):
     import argparse
     import json
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"train_batch_size": 2, "steps_per_print": 7,
                                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
@@ -477,7 +478,7 @@ def test_args_config_passthrough_and_16bit_save(one_rank, tmp_path):
 
 @pytest.mark.parametrize("gather", [False, True])
 def test_16bit_save_at_zero3_needs_the_gather_flag(one_rank, tmp_path, gather):
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     model = build_model()
     full = {k: v.clone() for k, v in model.state_dict().items()}
     engine, *_ = initialize(model=model, config={
@@ -495,7 +496,7 @@ def test_get_accelerator_answers_as_deepspeeds_on_this_machine(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
     pytest.importorskip("deepspeed")
     from deepspeed.accelerator import get_accelerator as theirs
-    ours, ds = zero_ref.accelerator.get_accelerator(), theirs()
+    ours, ds = zero_ref.ds.accelerator.get_accelerator(), theirs()
     if ds.device_name() != ours.device_name():
         pytest.skip(f"DeepSpeed chose the {ds.device_name()} accelerator here")
     for call in ("device_name()", "device_name(0)", "current_device_name()", "is_available()",
@@ -512,7 +513,7 @@ def test_get_accelerator_answers_as_deepspeeds_on_this_machine(monkeypatch):
 def stage0_run(groups: bool, precision: str = "fp32", steps: range = range(STEPS), state: dict | None = None):
     """ZeRO-0 through initialize on one rank: the optimizer steps ``steps`` (GAS 1, no schedule, no clipping),
     after loading ``state`` (the model's and the optimizer's) if given. Returns the engine and optimizer."""
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     model = build_model()
     config = {**ds_config(0, bf16=precision == "bf16", scheduler=False, gas=1), "gradient_clipping": 0.0}
     if precision == "fp16":
@@ -614,7 +615,7 @@ def test_deepspeed_refuses_fp16_on_this_cpu_as_the_readme_says():
 def test_zero12_optimizer_state_dict_names_the_checkpoint_way(one_rank, stage):
     """DeepSpeed's ZeRO-1/2 optimizer returns this rank's partition in state_dict(); zero_ref keeps it in its
     checkpoints and says so, rather than an AttributeError."""
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     config = {**ds_config(stage, bf16=False, scheduler=False, gas=1), "gradient_clipping": 0.0}
     model = build_model()
     _, optimizer, *_ = initialize(model=model, config=config,

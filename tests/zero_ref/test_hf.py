@@ -4,9 +4,9 @@ Tiny models built from a config (nothing downloaded): GPT-2 (tied lm_head / wte,
 positions), LLaMA (untied, RMSNorm, rotary, grouped-query attention, SwiGLU) and, for ZeRO-3's sake,
 ALBERT's masked LM (one layer module called once per layer, so its unit is gathered and its saved
 tensors re-gathered several times per pass; a factorized, tied embedding). Two gloo ranks train
-3 optimizer steps of 2 micro-batches each through ``zero_ref.engine.initialize`` at stages 0-3, with
-the config a Trainer user writes (``"auto"`` values) filled by ``zero_ref.hf.fill_auto``; ZeRO-3 builds
-the model under ``zero_ref.hf.Init``. The weights equal torch AdamW + clip_grad_norm_ in one process on
+3 optimizer steps of 2 micro-batches each through ``zero_ref.ds.engine.initialize`` at stages 0-3, with
+the config a Trainer user writes (``"auto"`` values) filled by ``zero_ref.ds.hf.fill_auto``; ZeRO-3 builds
+the model under ``zero_ref.ds.hf.Init``. The weights equal torch AdamW + clip_grad_norm_ in one process on
 the same global batch to 1e-5 relative to each tensor's scale (see TOL: they differ by summation
 order only;
 rank 0's loss is exactly the mean of its micro-batches, and every micro-batch has the same token
@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import zero_ref
-from zero_ref import hf
+from zero_ref.ds import hf
 from zero_ref.config import ConfigError
 
 V, T, MICRO, GAS, STEPS, WORLD = 101, 8, 2, 2, 3, 2
@@ -66,7 +66,7 @@ def global_batch(step: int) -> torch.Tensor:
 
 
 def train(rank, world, kind: str, stage: int) -> dict:
-    from zero_ref.engine import initialize
+    from zero_ref.ds.engine import initialize
     from zero_ref.measure import unique_storage_bytes
     args = types.SimpleNamespace(world_size=world, **ARGS)
     cfg = hf.fill_auto({**AUTO, "zero_optimization": {**AUTO["zero_optimization"], "stage": stage}}, args,
@@ -180,7 +180,7 @@ def test_init_builds_the_same_model_partitioned(runs):
     under plain zero3.Init transformers' own initialization would have seen empty tensors."""
     for res in runs:
         for kind in ("gpt2", "llama"):
-            shard, psi, same = res["init", kind, "zero_ref.hf"]
+            shard, psi, same = res["init", kind, "zero_ref.ds.hf"]
             assert same and psi / 2 <= shard <= psi / 2 + 40
             assert not res["init", kind, "zero_ref.stages.zero3.init"][2]
 

@@ -1,4 +1,4 @@
-"""zero_ref.moe.layer.MoE against deepspeed.moe.layer.MoE: the same weights and inputs give the same output,
+"""zero_ref.ds.moe.layer.MoE against deepspeed.moe.layer.MoE: the same weights and inputs give the same output,
 l_aux, expert counts and gradients (fp32, 1e-6), at ep_size 1 and 2 on 2 gloo ranks.
 
 Each case builds both layers from one seed (their parameters are equal, under the same names) and seeds
@@ -28,7 +28,7 @@ def run(which: str, rank: int, ep_size: int, case: dict, train: bool = True) -> 
     if which == "deepspeed":
         from deepspeed.moe.layer import MoE
     else:
-        from zero_ref.moe.layer import MoE
+        from zero_ref.ds.moe.layer import MoE
     torch.manual_seed(0)
     moe = MoE(hidden_size=8, expert=expert(), num_experts=4, ep_size=ep_size, **case)
     if which == "deepspeed":
@@ -86,8 +86,8 @@ def test_moe_layer_equals_deepspeeds(runs, ep_size, case):
 def test_split_params_into_moe_groups_as_deepspeed(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", os.environ.get("DS_ACCELERATOR", "cpu"))
     ds_utils = pytest.importorskip("deepspeed.moe.utils")
-    from zero_ref.moe.utils import split_params_into_different_moe_groups_for_optimizer as split
-    from zero_ref.moe.layer import MoE
+    from zero_ref.ds.moe.utils import split_params_into_different_moe_groups_for_optimizer as split
+    from zero_ref.ds.moe.layer import MoE
     moe = MoE(hidden_size=8, expert=expert(), num_experts=2)
     model = nn.Sequential(nn.Linear(8, 8), moe)
     groups = []
@@ -102,7 +102,7 @@ def test_split_params_into_moe_groups_as_deepspeed(monkeypatch):
 def test_the_engine_trains_an_ep1_moe_and_refuses_ep2(one_thread):
     """At ep_size 1 the engine trains the layer (l_aux in the loss); ep_size > 1 is refused by name."""
     import torch.distributed as dist
-    from zero_ref.moe.layer import MoE
+    from zero_ref.ds.moe.layer import MoE
     env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE") if k in os.environ}
     try:
         torch.manual_seed(0)

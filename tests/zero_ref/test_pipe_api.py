@@ -1,4 +1,4 @@
-"""zero_ref.pipe against deepspeed.pipe: the same PipelineModule script, the same losses and weights.
+"""zero_ref.ds.pipe against deepspeed.pipe: the same PipelineModule script, the same losses and weights.
 
 Two CPU ranks (gloo), fp32: a five-layer model with a tied layer (the first layer's weight is used again,
 transposed, by the last), cut by DeepSpeed's "parameters" method, trained by ``train_batch`` for 4 steps
@@ -54,7 +54,7 @@ def train(rank, world, which: str, stage: int, num_stages: int) -> dict:
         import deepspeed as ds
         import deepspeed.pipe as pipe
     else:
-        ds, pipe = zero_ref, zero_ref.pipe
+        ds, pipe = zero_ref, zero_ref.ds.pipe
     ds.init_distributed(dist_backend="gloo")  # a PipelineModule needs the process groups (in DeepSpeed too)
     torch.manual_seed(0)
     net = pipe.PipelineModule(layers=layers(pipe), num_stages=num_stages, loss_fn=nn.MSELoss(),
@@ -116,7 +116,7 @@ def test_zero2_with_a_pipeline_is_refused_as_in_deepspeed(runs):
 
 
 def test_deepspeeds_split_of_the_layers():
-    from zero_ref.pipe.module import partition_balanced, partition_uniform
+    from zero_ref.ds.pipe.module import partition_balanced, partition_uniform
     utils = pytest.importorskip("deepspeed.runtime.utils")
     cases = [([5, 1, 1, 1, 5], 2), ([36, 112, 0, 102, 0], 2), ([1, 2, 3, 4, 5, 6, 7], 3), ([0, 0, 1, 0], 2),
              ([3, 3], 4), ([7, 1, 1, 1, 1, 1, 1, 7], 4)]

@@ -7,7 +7,7 @@ parameters' gradients rather than the loss rounds nowhere). Against DeepSpeed 0.
 (the peers test): losses to 1e-6 relative, norms and weights to 1e-6, the tolerance of test_engine.py
 (another summation order). The loss there is computed outside the model from the logits it returns,
 the usual ``criterion(engine(x), y)``: for a model returning ``(logits, loss)``, DeepSpeed 0.19.8
-divides by GAS at both outputs and its ZeRO-1/2 gradient norm comes out halved (zero_ref/engine.py says
+divides by GAS at both outputs and its ZeRO-1/2 gradient norm comes out halved (zero_ref/ds/engine.py says
 why). Several backwards before one step (a GAN's) train as one backward of their sum, at every stage
 (to 1e-6: the halves accumulate in another order), and at ZeRO-0 as DeepSpeed's. ZeRO-0's
 loss.backward(), fp16 without ``engine.scale`` and a backward that bypasses the engine are refused, each
@@ -32,7 +32,7 @@ def train(rank, world, stage: int, how: str, which: str = "zero_ref", bf16: bool
         os.environ["DS_ACCELERATOR"] = "cpu"  # (in a rank's own process)
         import deepspeed as ds
     else:
-        import zero_ref as ds
+        import zero_ref.ds as ds
     model = build_model()
     config = ds_config(stage, bf16)
     if offload:

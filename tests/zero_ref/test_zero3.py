@@ -538,7 +538,7 @@ def run_attention(rank, world, batch_first):
     engine.eval()
     with torch.no_grad():
         evaluated = engine(*reader_batch(STEPS)).item()
-    with zero_ref.zero.GatheredParameters(list(model.parameters())):
+    with zero_ref.ds.zero.GatheredParameters(list(model.parameters())):
         weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     return dict(losses=losses, evaluated=evaluated, weights=weights)
 

@@ -8,7 +8,7 @@ those bytes. ``checkpoint/sharded.py`` writes this format; this module is its re
 the fp32 model would hold, whatever the stage and world size the checkpoint was saved at (DeepSpeed's
 ``zero_to_fp32.py`` does this for its own files): each trainable parameter assembled from the fp32
 master pieces of every rank's optimizer file, frozen parameters and buffers cast to fp32, a tied
-weight under each of its names. ``python -m zero_ref.zero_to_fp32`` is its command line.
+weight under each of its names. ``python -m zero_ref.ds.utils.zero_to_fp32`` is its command line.
 """
 from __future__ import annotations
 

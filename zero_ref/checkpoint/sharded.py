@@ -24,7 +24,7 @@ checkpoint and ``latest`` as they were; a stale ``.tmp`` folder is removed by th
 Safe to load: files are read with ``torch.load(weights_only=True)``, which refuses any pickled object
 that is not a tensor or a plain container, so a checkpoint cannot run code (``CheckpointError``).
 Reading needs no engine: ``zero_ref.checkpoint.format`` holds the reader and consolidates any checkpoint
-into one fp32 state dict (``python -m zero_ref.zero_to_fp32``).
+into one fp32 state dict (``python -m zero_ref.ds.utils.zero_to_fp32``).
 """
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ import torch
 
 from zero_ref import comm
 from zero_ref.stages.param_groups import HYPERPARAMETERS
+from zero_ref.stages.zero3.unit import unit_of
 from zero_ref.checkpoint.format import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, numel, optim_file,
                                         param_file, resolve)
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "commit"]
 
 
 # ---------------------------------------------------------------- what a rank owns
@@ -94,7 +95,7 @@ def _shapes(module) -> dict[str, torch.Size]:
     """Every parameter's shape, also while ZeRO-3 has partitioned it (``param.data`` is then empty)."""
     out = {}
     for n, p in module.named_parameters():
-        u = getattr(p, "_z3_unit", None)
+        u = unit_of(p)
         out[n] = next(s for q, s in zip(u.params, u.layout.shapes) if q is p) if u is not None else p.shape
     return out
 
@@ -211,7 +212,7 @@ def save(engine, save_dir: str, tag=None, client_state: dict | None = None, save
     if rank == 0:
         try:
             _write_metadata(engine, tmp, names, all_sizes)
-            _commit(save_dir, tmp, tag, save_latest)
+            commit(save_dir, tmp, tag, save_latest)
         except BaseException as e:
             ok[0], error = 0, e
     if world > 1:
@@ -281,7 +282,7 @@ def _write_metadata(engine, tmp: str, names: dict, all_sizes: list) -> None:
     _fsync_dir(tmp)
 
 
-def _commit(save_dir: str, tmp: str, tag: str, save_latest: bool) -> None:
+def commit(save_dir: str, tmp: str, tag: str, save_latest: bool) -> None:
     final, old = os.path.join(save_dir, tag), None
     if os.path.exists(final):  # re-saving a tag: move the old one aside first (a directory cannot be replaced)
         old = tmp.replace(".tmp-", ".old-")

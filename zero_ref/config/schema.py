@@ -179,7 +179,7 @@ class ZeroConfig:
     pipeline_loading_checkpoint: bool = key(False, "load checkpoints in pipeline mode", only=(False,),
                                             why="no pipeline engine")
     override_module_apply: bool = key(True, "gather parameters around module.apply",
-                                      noop="zero_init.Init always gathers around apply")
+                                      noop="zero3.Init always gathers around apply")
     log_trace_cache_warnings: bool = key(False, "log ZeRO-3 trace cache warnings", noop="nothing is logged")
     enable_sanity_checks: bool = key(False, "internal sanity checks", noop="the checks always run")
     save_muon_momentum_buffer_in_memory: bool = key(False, "Muon with NVMe", noop="no Muon")
@@ -326,7 +326,7 @@ class CheckpointConfig:
 
 _DS_ONLY_WHY = {
     "torch_autocast": "zero_ref casts the whole model (fp16/bf16); torch.autocast is not implemented",
-    "pipeline": "zero_ref's engine takes a pipeline from a zero_ref.pipe.PipelineModule, not from this section "
+    "pipeline": "zero_ref's engine takes a pipeline from a zero_ref.ds.pipe.PipelineModule, not from this section "
                 "(DeepSpeed reads only stages, partition, seed_layers, activation_checkpoint_interval, "
                 "pipe_partitioned and grad_partitioned here, ignoring any other key)",
     "tensor_parallel": "zero_ref's engine does not run tensor parallelism, whose building blocks are in "
@@ -366,7 +366,7 @@ _HINTS = {
     "tensor_parallel_size": "there is no such key; DeepSpeed's is tensor_parallel.autotp_size (and zero_ref's "
                             "engine does not run tensor parallelism)",
     "pipeline_parallel_size": "there is no such key; DeepSpeed sets the pipeline depth in code "
-                              "(PipelineModule(num_stages=...)), as zero_ref.pipe does",
+                              "(PipelineModule(num_stages=...)), as zero_ref.ds.pipe does",
 }
 
 

@@ -31,7 +31,7 @@ def _trial_rank(rank, world, config, model, steps, warmup, seed):
     import torch
     import torch.distributed as dist
 
-    import zero_ref.engine as ze
+    import zero_ref.ds.engine as ze
     from zero_ref import comm
     from zero_ref.measure import unique_storage_bytes
     from zero_ref.models import GPT, GPTConfig, make_batch

@@ -3,7 +3,7 @@
 Beside them: ``partition`` (``Partition``: what rank r owns of a bucket, the one object every stage builds)
 and ``flat`` (the flat-buffer bookkeeping under every stage: which slice each rank owns). ZeRO-3 is a
 folder, ``zero3/``: its stage and the partitioned parameters (``Unit``, ``Init``, ``GatheredParameters``).
-``zero_ref.zero`` is ``zero3``, as ``deepspeed.zero``.
+DeepSpeed's ``deepspeed.zero`` is ``zero_ref.ds.zero``, which re-exports them.
 """
 from zero_ref.stages.base import ZeroOptimizerBase
 from zero_ref.stages.ddp import DataParallel

@@ -240,7 +240,7 @@ class ZeroOptimizerBase:
         self.backward(loss, reduce=False)
 
     # A backward in two halves, around autograd's pass: ``backward`` above runs one, and the engine runs
-    # one around a ``loss.backward()`` the script calls itself (its hooks: zero_ref/engine.py).
+    # one around a ``loss.backward()`` the script calls itself (its hooks: zero_ref/ds/torch_backward.py).
     def begin_backward(self, reduce: bool = True, again: bool = False) -> None:
         """Before a backward's gradients arrive. ``reduce=False``: accumulate only (``accumulate``).
         ``again``: one more backward of the micro-step the last backward counted (the engine's several

@@ -7,7 +7,7 @@ What it uses, as the examples do: ``argparse`` with ``deepspeed.add_config_argum
 rank start from rank 0's weights); HF-style param groups in ``model_parameters`` (weight decay on
 matrices, none on biases); the config's scheduler; ``engine(x)`` / ``backward`` / ``step``; and a
 checkpoint with ``client_state`` half way, loaded again at the end to replay two steps. ``--engine``
-picks the import line (``import deepspeed`` or ``import zero_ref as deepspeed``); nothing else differs.
+picks the import line (``import deepspeed`` or ``import zero_ref.ds as deepspeed``); nothing else differs.
 Rank 0 prints ``RESULT {json}``: the losses of every step, then of the two replayed steps.
 """
 import argparse
@@ -29,7 +29,7 @@ def get_args():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
     else:
-        import zero_ref as deepspeed  # the one line that differs
+        import zero_ref.ds as deepspeed  # the one line that differs
     parser = argparse.ArgumentParser(description="classifier", parents=[pre])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--local_rank", type=int, default=-1)

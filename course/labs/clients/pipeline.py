@@ -26,9 +26,9 @@ def get_args():
         from deepspeed.pipe import LayerSpec, PipelineModule
         from deepspeed.utils import RepeatingLoader
     else:
-        import zero_ref as deepspeed  # the import lines are all that differ
-        from zero_ref.pipe import LayerSpec, PipelineModule
-        from zero_ref.utils import RepeatingLoader
+        import zero_ref.ds as deepspeed  # the import lines are all that differ
+        from zero_ref.ds.pipe import LayerSpec, PipelineModule
+        from zero_ref.ds.utils import RepeatingLoader
     parser = argparse.ArgumentParser(description="pipeline", parents=[pre])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--pipeline-parallel-size", type=int, default=2)

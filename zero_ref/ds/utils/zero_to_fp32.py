@@ -1,6 +1,6 @@
 """Consolidate a zero_ref checkpoint into one fp32 state dict, as DeepSpeed's zero_to_fp32.py does.
 
-    python -m zero_ref.zero_to_fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag T] [--exclude-frozen-parameters]
+    python -m zero_ref.ds.utils.zero_to_fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag T] [--exclude-frozen-parameters]
 
 The command line only: the format and the consolidation live in ``zero_ref.checkpoint.format``.
 """
@@ -19,7 +19,7 @@ __all__ = ["main", "get_fp32_state_dict_from_zero_checkpoint", "convert_zero_che
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m zero_ref.zero_to_fp32", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m zero_ref.ds.utils.zero_to_fp32", description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint_dir", help="the folder that holds 'latest' and the tag folders (save_checkpoint's dir)")
     ap.add_argument("output_file", help="where to write the fp32 state dict (torch.save; .safetensors if so named)")
     ap.add_argument("--tag", default=None, help="checkpoint tag (default: the one named in 'latest')")

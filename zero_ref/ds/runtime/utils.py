@@ -3,7 +3,7 @@
 ``set_random_seed`` (random, numpy, torch), ``move_to_device`` (nested lists, tuples, dicts),
 ``see_memory_usage`` (prints on rank 0 when ``force``: the accelerator's bytes where there is one, and the
 process's resident memory), and DeepSpeed's layer splits ``partition_uniform`` / ``partition_balanced``
-(zero_ref.pipe). Other names of that module are DeepSpeed's internals and are not provided.
+(zero_ref.ds.pipe). Other names of that module are DeepSpeed's internals and are not provided.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from zero_ref.pipe.module import partition_balanced, partition_uniform
+from zero_ref.ds.pipe.module import partition_balanced, partition_uniform
 
 __all__ = ["set_random_seed", "move_to_device", "see_memory_usage", "partition_uniform", "partition_balanced"]
 

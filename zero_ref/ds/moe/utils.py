@@ -5,7 +5,7 @@ __all__ = ["is_moe_param", "split_params_into_different_moe_groups_for_optimizer
 
 
 def is_moe_param(param) -> bool:
-    """An expert's parameter (``zero_ref.moe.layer.MoE`` marks them ``allreduce = False``, as DeepSpeed does)."""
+    """An expert's parameter (``zero_ref.ds.moe.layer.MoE`` marks them ``allreduce = False``, as DeepSpeed does)."""
     return hasattr(param, "allreduce") and not param.allreduce
 
 

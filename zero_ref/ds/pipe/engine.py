@@ -28,7 +28,8 @@ import torch
 
 from zero_ref import comm
 from zero_ref.config import ConfigError
-from zero_ref.engine import Engine
+from zero_ref.ds.engine import ENGINES, Engine
+from zero_ref.ds.pipe.module import PipelineModule
 from zero_ref.parallel.pipeline import ZERO_WITH_PP
 from zero_ref.parallel.schedules import stage_order
 
@@ -37,7 +38,7 @@ _HEADER = 10  # dtype, ndim, up to 8 dimensions
 
 
 class PipelineEngine(Engine):
-    """The engine of a ``zero_ref.pipe.PipelineModule`` (see the module docstring)."""
+    """The engine of a ``zero_ref.ds.pipe.PipelineModule`` (see the module docstring)."""
 
     def __init__(self, model, config, **kwargs):
         super().__init__(model, config, dp_group=model.dp_group, **kwargs)
@@ -55,8 +56,8 @@ class PipelineEngine(Engine):
         self.micro_batches = self.gradient_accumulation_steps()
         self.data_iterator = None
 
-    def _stage_kwargs(self, adam):
-        kw = super()._stage_kwargs(adam)
+    def stage_kwargs(self, adam):
+        kw = super().stage_kwargs(adam)
         kw["gradient_accumulation_steps"] = 1  # the pipeline accumulates its m micro-batches itself
         return kw
 
@@ -205,3 +206,6 @@ class _Keep:
 
     def wait(self) -> None:
         pass
+
+
+ENGINES[PipelineModule] = PipelineEngine  # initialize(model=PipelineModule(...)) builds this engine

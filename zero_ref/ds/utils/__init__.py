@@ -1,7 +1,7 @@
 """``deepspeed.utils`` names that training scripts use: ``RepeatingLoader`` and ``logger``."""
 import logging
 
-from zero_ref.runtime.dataloader import RepeatingLoader
+from zero_ref.ds.runtime.dataloader import RepeatingLoader
 
 __all__ = ["RepeatingLoader", "logger"]
 

@@ -1,10 +1,10 @@
 """HuggingFace Transformers models under zero_ref (chapter 11).
 
-A ``transformers`` model is an ``nn.Module``, and ``zero_ref.engine.initialize`` trains one at every
+A ``transformers`` model is an ``nn.Module``, and ``zero_ref.ds.initialize`` trains one at every
 ZeRO stage as it is; no wrapper is needed:
 
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, ...))  # nothing downloaded
-    engine, *_ = zero_ref.engine.initialize(model=model, config=ds_config)
+    engine, *_ = zero_ref.ds.initialize(model=model, config=ds_config)
     out = engine(input_ids=ids, labels=ids)     # a ModelOutput; .loss is the mean next-token cross-entropy
     engine.backward(out.loss)
     engine.step()
@@ -15,7 +15,7 @@ it. A module called several times per pass (ALBERT's one shared layer) is gather
 Buffers (LLaMA's rotary ``inv_freq``) are not partitioned. What this module adds is for the two
 places where transformers and DeepSpeed meet:
 
-- ``Init``: ``zero_init.Init`` for transformers models. transformers initializes weights in
+- ``Init``: ``zero3.Init`` for transformers models. transformers initializes weights in
   ``post_init`` through its own recursion (``smart_apply``, not ``nn.Module.apply``), after every
   submodule has been partitioned, so under plain ``Init`` it would initialize empty tensors and the
   model would keep torch's default init. This ``Init`` also gathers around each call of
@@ -28,7 +28,7 @@ places where transformers and DeepSpeed meet:
   equal in distribution, not bit for bit, to a build without DeepSpeed.)
 - ``fill_auto``: the ``"auto"`` values of a DeepSpeed config filled from the Trainer's
   ``TrainingArguments``, as transformers' ``HfTrainerDeepSpeedConfig`` does, so the config a Trainer
-  user already has drives ``zero_ref.engine.initialize`` too.
+  user already has drives ``zero_ref.ds.initialize`` too.
 - ``param_count``: the parameters of a GPT-2 or LLaMA config, by formula, without building it.
 """
 from __future__ import annotations
@@ -38,13 +38,13 @@ import math
 
 from zero_ref.config import ConfigError
 from zero_ref.memory import transformer_param_count
-from zero_ref.stages.zero3 import init as zero_init
+from zero_ref.stages import zero3
 
 __all__ = ["Init", "fill_auto", "param_count"]
 
 
-class Init(zero_init.Init):
-    """``zero_init.Init`` that also gathers parameters around transformers' weight initialization."""
+class Init(zero3.Init):
+    """``zero3.Init`` that also gathers parameters around transformers' weight initialization."""
 
     def __enter__(self):
         from transformers import PreTrainedModel
@@ -58,7 +58,7 @@ class Init(zero_init.Init):
         def gathered(model, module, is_custom_code: bool = False):
             params = [*module.parameters(recurse=False),
                       *(p for child in module.children() for p in child.parameters(recurse=False))]
-            units = [u for u in dict.fromkeys(getattr(p, "_z3_unit", None) for p in params)
+            units = [u for u in dict.fromkeys(map(zero3.unit_of, params))
                      if u is not None and u.full is None]
             for u in units:
                 u.gather()

@@ -1,0 +1,235 @@
+"""The parts of DeepSpeed's engine API that are not about training: a reader of the engine can skip this file.
+
+Refusals of DeepSpeed features zero_ref does not have (AutoTP, the inference engine), the command-line
+arguments, the client optimizer read as Adam(W) hyper-parameters, models built by DeepSpeed's own
+``zero.Init`` (transformers' ZeRO-3 path), and the engine's one-line accessors under DeepSpeed's names.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn as nn
+
+from zero_ref.config import ConfigError
+from zero_ref.ds.moe.layer import MoE
+from zero_ref.ds.ops.adam import DeepSpeedCPUAdam
+from zero_ref.optim import AdamConfig
+from zero_ref.stages.param_groups import HYPERPARAMETERS
+
+AUTOTP = ("DeepSpeed's AutoTP (tp_model_init, tensor_parallel.autotp_size) shards a HuggingFace model's linear "
+          "layers over tensor-parallel ranks; zero_ref has no AutoTP. Its tensor parallelism is Megatron-style "
+          "modules for its own GPT (zero_ref.parallel.tensor.TensorParallelGPT, chapter 19), composed with pipeline "
+          "and data parallelism by hand (zero_ref.recipes.three_d); the engine runs data parallelism with ZeRO "
+          "0-3 and, for a zero_ref.ds.pipe.PipelineModule, pipeline parallelism")
+
+
+def tp_model_init(model, tp_size, dtype, config=None, **kwargs):
+    """DeepSpeed's AutoTP entry point: refused, with what zero_ref supports instead."""
+    raise NotImplementedError(f"tp_model_init: {AUTOTP}")
+
+
+def init_inference(model, config=None, **kwargs):
+    """DeepSpeed's inference engine (kernel injection, AutoTP): refused; zero_ref trains only."""
+    raise NotImplementedError("init_inference: zero_ref has no inference engine (DeepSpeed's injects inference "
+                              "kernels and AutoTP); run the module itself under torch.no_grad(), or "
+                              "PipelineEngine.eval_batch for a PipelineModule")
+
+
+def add_config_arguments(parser):
+    """DeepSpeed's ``--deepspeed`` / ``--deepspeed_config`` (and the deprecated ``--deepscale*``) arguments,
+    as ``deepspeed.add_config_arguments`` adds them; ``initialize(args=...)`` reads the config path."""
+    group = parser.add_argument_group("DeepSpeed", "DeepSpeed configurations")
+    group.add_argument("--deepspeed", default=False, action="store_true",
+                       help="Enable DeepSpeed (helper flag for user code, no impact on the engine)")
+    group.add_argument("--deepspeed_config", default=None, type=str, help="DeepSpeed json configuration file.")
+    group.add_argument("--deepscale", default=False, action="store_true", help="Deprecated: --deepspeed")
+    group.add_argument("--deepscale_config", default=None, type=str, help="Deprecated: --deepspeed_config")
+    return parser
+
+
+def config_source(args, config, config_params):
+    """The config ``initialize`` was given: ``config=``, its older name ``config_params=``, or
+    ``args.deepspeed_config`` (``args.deepscale_config``, deprecated); exactly one of them."""
+    if config is not None and config_params is not None:
+        raise ValueError("initialize: give config= or its older name config_params=, not both")
+    config = config if config is not None else config_params
+    from_args = getattr(args, "deepspeed_config", None)
+    if from_args is None and getattr(args, "deepscale_config", None) is not None:  # DeepSpeed still reads it
+        warnings.warn("args.deepscale_config is deprecated: use --deepspeed_config", DeprecationWarning)
+        from_args = args.deepscale_config
+    if config is not None and from_args is not None:
+        raise ValueError("initialize: the config is given twice (config= and args.deepspeed_config); give one")
+    config = config if config is not None else from_args
+    if config is None:
+        raise ValueError("initialize: no config; pass config= (a dict or a JSON path) or args.deepspeed_config")
+    return config
+
+
+def adopt_deepspeed_zero_init(module: nn.Module) -> None:
+    """transformers' ZeRO-3 path (``HfDeepSpeedConfig`` kept alive, then ``from_pretrained``) builds the model
+    inside DeepSpeed's own ``zero.Init``: its parameters arrive partitioned by DeepSpeed (``ds_id``,
+    ``ds_tensor``; ``param.data`` empty). Their full values are gathered once with DeepSpeed's
+    ``GatheredParameters`` and DeepSpeed's attributes removed, so zero_ref's stage partitions plain
+    parameters (at ZeRO-3, its own way) and trains the model DeepSpeed would."""
+    taken = [p for p in module.parameters() if hasattr(p, "ds_id")]
+    if not taken:
+        return
+    import deepspeed  # (only such a model brings DeepSpeed in: it made these parameters)
+    with deepspeed.zero.GatheredParameters(taken):
+        full = [p.data.detach().clone() for p in taken]
+    for p, data in zip(taken, full):
+        p.data = data
+        for name, value in list(vars(p).items()):  # ds_* state and the methods zero.Init attached
+            if name.startswith("ds_") or name in ("is_external_param", "nvme_swapper") or callable(value):
+                delattr(p, name)
+
+
+def refuse_expert_parallel(model: nn.Module) -> None:
+    """The stages average every gradient over all data-parallel ranks: right for an expert only when every
+    rank holds every expert (ep_size 1). DeepSpeed reduces expert gradients over their own group instead."""
+    ep = max((m.ep_size for m in model.modules() if isinstance(m, MoE)), default=1)
+    if ep > 1:
+        raise ValueError(f"initialize: an MoE layer with ep_size={ep} is not supported by zero_ref's engine, whose "
+                         "stages average every gradient over all data-parallel ranks (DeepSpeed averages expert "
+                         "gradients over their expert-data-parallel group); use ep_size=1, or train the layer "
+                         "by hand with zero_ref.parallel.moe.reduce_gradients")
+
+
+def client_adam(module: nn.Module, cfg, optimizer, model_parameters,
+                verbose: bool) -> tuple[AdamConfig, list[dict] | None, object]:
+    """Adam's hyper-parameters from the client optimizer or the config's optimizer section, and the
+    param groups (None: one group of every trainable parameter); ``verbose`` prints notes."""
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    groups = None
+    if model_parameters is not None:
+        model_parameters = list(model_parameters)  # a generator (model.parameters()) is read once
+        given = [p for g in model_parameters for p in (g["params"] if isinstance(g, dict) else [g])]
+        check_params(module, given, trainable, "model_parameters", verbose)
+        if any(isinstance(g, dict) for g in model_parameters):  # groups with their own weight decay, lr, ...
+            groups = [g if isinstance(g, dict) else {"params": [g]} for g in model_parameters]
+    if optimizer is None:
+        if cfg.optimizer is None:
+            raise ConfigError("optimizer", "optimizer: none given; add an \"optimizer\" section ({\"type\": "
+                                           "\"AdamW\", \"params\": {\"lr\": 1e-3}}) or pass optimizer="
+                                           "torch.optim.AdamW(...) to initialize")
+        o = cfg.optimizer
+        p = o.params
+        return AdamConfig(lr=p.lr, betas=p.betas, eps=p.eps, weight_decay=o.weight_decay, adamw=o.adamw), groups, None
+    if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
+        optimizer = optimizer(model_parameters if model_parameters is not None else trainable)  # DeepSpeed's callable
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ConfigError("optimizer", f"optimizer= must be a torch.optim.Adam or AdamW (or a callable "
+                                       f"making one), got {type(optimizer).__name__}")
+    if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
+        allowed = (" zero_allow_untested_optimizer lets DeepSpeed try an untested optimizer; zero_ref has no "
+                   "other optimizer to run." if cfg.zero_allow_untested_optimizer else "")
+        raise ConfigError("optimizer", f"optimizer={type(optimizer).__name__} is not supported by zero_ref: its "
+                                       f"stages step Adam(W) on their partitions; use torch.optim.AdamW or an "
+                                       f"\"optimizer\" config section.{allowed}")
+    off = cfg.zero_optimization.offload_optimizer
+    if (off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer
+            and not isinstance(optimizer, DeepSpeedCPUAdam)):
+        raise ConfigError("zero_force_ds_cpu_optimizer", "zero_force_ds_cpu_optimizer is true (the default) and "
+                                                         "ZeRO-Offload got a client optimizer, which DeepSpeed "
+                                                         "refuses too: set an \"optimizer\" config section instead, "
+                                                         "or set \"zero_force_ds_cpu_optimizer\": false")
+    if cfg.optimizer is not None and verbose:
+        print("[zero_ref] note: optimizer= was passed, so the config's \"optimizer\" section is not used "
+              "(as in DeepSpeed)")
+    groups = optimizer.param_groups
+    check_params(module, [p for g in groups for p in g["params"]], trainable, "the optimizer's parameters", verbose)
+    if any(g.get("amsgrad") or g.get("maximize") for g in groups):
+        raise ConfigError("optimizer", "optimizer: amsgrad / maximize are not supported by zero_ref")
+    # torch's Adam(decoupled_weight_decay=True) is AdamW (and AdamW is an Adam subclass): read the flag, not the class
+    decoupled = {g.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW)) for g in groups}
+    if len(decoupled) > 1:
+        raise ConfigError("optimizer", "optimizer: param groups mix decoupled_weight_decay=True and False; "
+                                       "zero_ref steps one Adam mode for all groups")
+    first = groups[0]
+    adam = AdamConfig(lr=float(first["lr"]), betas=tuple(first["betas"]), eps=first["eps"],
+                      weight_decay=first["weight_decay"], adamw=decoupled.pop())
+    # each group keeps its own hyper-parameters; the stage steps it with them
+    return adam, [{"params": g["params"], **{k: g[k] for k in HYPERPARAMETERS}} for g in groups], optimizer
+
+
+def check_params(module: nn.Module, given, trainable, what: str, verbose: bool) -> None:
+    """``given`` must be parameters of the module with requires_grad=True. Those it leaves out are not
+    trained, as in DeepSpeed (bing_bert leaves its pooler out): zero_ref freezes them, which trains the
+    same model and spends no gradient memory on them."""
+    given_ids = {id(p) for p in given}
+    if not given_ids <= {id(p) for p in trainable}:
+        raise ConfigError("model_parameters", f"{what} hold a tensor that is not one of the module's parameters "
+                                              "with requires_grad=True")
+    left_out = [n for n, p in module.named_parameters() if p.requires_grad and id(p) not in given_ids]
+    for n in left_out:
+        module.get_parameter(n).requires_grad_(False)
+    if left_out and verbose:
+        print(f"[zero_ref] note: {what} leave out {len(left_out)} trainable parameter(s) "
+              f"({', '.join(left_out[:3])}{', ...' if len(left_out) > 3 else ''}): they are not trained, as in "
+              "DeepSpeed, and zero_ref sets requires_grad=False on them")
+
+
+class Accessors:
+    """DeepSpeed's engine accessors (mixed into ``Engine``)."""
+
+    def train_batch_size(self) -> int:
+        return self.config.batch.train_batch_size
+
+    def train_micro_batch_size_per_gpu(self) -> int:
+        return self.config.batch.train_micro_batch_size_per_gpu
+
+    def gradient_accumulation_steps(self) -> int:
+        return self.config.batch.gradient_accumulation_steps
+
+    def zero_optimization_stage(self) -> int:
+        return self.config.zero_optimization.stage
+
+    def zero_optimization(self) -> bool:
+        return self.zero_optimization_stage() > 0
+
+    def fp16_enabled(self) -> bool:
+        return self.config.fp16.enabled
+
+    def bfloat16_enabled(self) -> bool:
+        return self.config.bf16.enabled
+
+    def gradient_clipping(self) -> float:
+        return self.config.gradient_clipping
+
+    def steps_per_print(self) -> int | None:
+        return self.config.steps_per_print
+
+    def get_lr(self) -> list[float]:
+        return [g["lr"] for g in self._lr_source.param_groups]
+
+    def get_mom(self) -> list:
+        return [g["betas"] for g in self._lr_source.param_groups]
+
+    def get_global_grad_norm(self) -> float | None:
+        return self.optimizer.last_grad_norm
+
+    def was_step_applied(self) -> bool:
+        return self._step_applied
+
+    @property
+    def loss_scale(self) -> float:
+        return self.optimizer.loss_scale
+
+    def __getattr__(self, name: str):
+        """The module's attributes through the engine (``engine.config_of_my_model``), as DeepSpeed's
+        engine passes them through when it has no attribute of that name itself."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            module = self.__dict__.get("_modules", {}).get("module")
+            if module is not None and name != "module":
+                try:
+                    return getattr(module, name)
+                except AttributeError:
+                    pass
+            raise AttributeError(f"'{type(self).__name__}' object (nor its module) has no attribute '{name}'") from None
+
+    def destroy(self) -> None:
+        """DeepSpeed releases its buffers and compiled state here; zero_ref's stage waits for its collectives."""
+        self.optimizer._wait_all()
