@@ -34,7 +34,7 @@ __all__ = [
 FIRST, LAST = 1, 30
 
 #: The project modules a chapter may name in ``Chapter.modules`` (each one importable; ``zero_ref.launch``
-#: is the launcher, zero_ref/launcher.py). tests/test_syllabus.py checks every chapter's notebook uses them.
+#: is the launcher, zero_ref/launcher.py). tests/course/test_syllabus.py checks every chapter's notebook uses them.
 ALLOWED_MODULES: frozenset[str] = frozenset(
     {
         "sim",

@@ -14,7 +14,7 @@ exponent range, so it needs no loss scaling: DeepSpeed runs it with a static sca
     scaler.update_scale(overflow)
 
 ``DynamicLossScaler`` follows DeepSpeed's ``runtime/fp16/loss_scaler.py`` rule step for step.
-tests/test_precision.py checks this against DeepSpeed 0.19.8 on random overflow sequences.
+tests/zero_ref/test_precision.py checks this against DeepSpeed 0.19.8 on random overflow sequences.
 """
 from __future__ import annotations
 

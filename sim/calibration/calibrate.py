@@ -23,7 +23,7 @@ single-V100 baseline, 1.2B at 39 TFLOP/s; Llama 3's Table 4, 405B on 8,192 H100s
 ``sim.Costs()`` carries all five fitted values as its defaults (sim.cost.costs.EFFICIENCY, ...), so a
 plain ``sim.simulate(model, cluster, plan)`` runs at the simulator's best estimate, and
 ``calibrate()`` refits them from the published rows (from any starting ``base``: the solve does
-not depend on where it starts; tests/test_sim_published.py starts it from round guesses).
+not depend on where it starts; tests/sim/test_published.py starts it from round guesses).
 
 Each row fixes the constant it is the only row to depend on, so the fit is a solve, one row per
 constant; the rows of each family that are not among them are its held-out test (``validate``,

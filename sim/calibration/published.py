@@ -16,7 +16,7 @@ work"). The interleaving degree is not in Table 3; we take it from Calculon's tr
 the same runs (calculon-ai/calculon ``validation/*_seqsel.json`` / ``*_full.json``: 175B and 530B
 interleaved with 3 chunks per stage, 22B and 1T not). The present-work MFU/HFU are the ones the
 Megatron-LM README lists (22B 41.5/43.7 %, 175B 51.4/52.8 %, 530B 56.0/57.0 %, 1T 56.3/57.0 %); they
-follow from Table 5's times through the paper's formulas (checked in tests/test_sim_published.py).
+follow from Table 5's times through the paper's formulas (checked in tests/sim/test_published.py).
 The arXiv v1 abstract's "530B on 2240 GPUs, MFU 54.2 % vs 42.1 %" is an earlier configuration
 (DP 8), not Table 5's.
 

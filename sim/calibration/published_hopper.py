@@ -31,7 +31,7 @@ Not used: Nemotron-4 340B (arXiv 2406.11704) — its batch-ramp table (DP, GPUs,
 MFU) is not in any text we could read (only secondary accounts of its 6,144-GPU row).
 
 Every row's TFLOP/s and MFU count model FLOPs (``flops='sim'``: sim.cost.flops.model_flops_per_step,
-PaLM's count the papers cite); tests/test_sim_published.py checks that each reported MFU follows
+PaLM's count the papers cite); tests/sim/test_published.py checks that each reported MFU follows
 from the reported time or TFLOP/s at the H100's 989 TFLOP/s within 2 %.
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ through stages s−1 … 0; then stage 0 runs its optimizer step (ZeRO-1/2: and 
 updated parameters). Streams that run one task at a time give further bounds, the sum of their
 tasks: the DP stream (ZeRO-2/3 reduce-scatters every backward, ZeRO-3 gathers every layer
 group twice per micro-batch), parameter copies from the host or NVMe.
-tests/test_sim_search.py checks both bounds against the simulator on random plans.
+tests/sim/test_search.py checks both bounds against the simulator on random plans.
 """
 from __future__ import annotations
 

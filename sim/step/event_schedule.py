@@ -24,7 +24,7 @@ inputs have ended. This engine keeps that rule and adds three run-time decisions
 
 Without contention every node starts at the same time as in list scheduling, bit for bit: it
 starts at the time of the event that met its last condition, which is the maximum of the same
-end times list scheduling takes (tests/test_sim_events.py checks == on every node).
+end times list scheduling takes (tests/sim/test_events.py checks == on every node).
 """
 from __future__ import annotations
 

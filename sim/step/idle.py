@@ -18,7 +18,7 @@ charged to a cause:
 A node that started after all its predecessors had ended (a transfer queued on a shared link, a
 ZeRO-3 gather held back by the live-parameter cap) is charged for that wait by its own cause. The
 walk stops at the gap's start, so the causes of one stage add up to its idle time:
-Σ causes = step time − busy compute time (to rounding; tests/test_sim_engine.py checks 1e-12).
+Σ causes = step time − busy compute time (to rounding; tests/sim/test_engine.py checks 1e-12).
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def checkpoint_bytes(num_params: int, *, zero_stage: int, dp: int, precision: st
 
 def deepspeed_file_names(stage: int, world: int) -> list[str]:
     """The files DeepSpeed 0.19.8 writes into a tag folder for the same run (no tensor or pipeline
-    parallelism), for comparison; tests/test_checkpoint.py checks them against a real DeepSpeed save.
+    parallelism), for comparison; tests/zero_ref/test_checkpoint.py checks them against a real DeepSpeed save.
     Beside the tag folders it writes ``latest`` and (stages 1-3) a copy of its ``zero_to_fp32.py`` script."""
     if stage == 3:
         return sorted(f"zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt" for r in range(world) for kind in ("model", "optim"))

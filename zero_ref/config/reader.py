@@ -3,7 +3,7 @@
 Keys and defaults are DeepSpeed 0.19.8's, taken from its *code* (``runtime/config.py``,
 ``runtime/zero/config.py``, ``runtime/precision_config.py``, ...). Its documentation disagrees in
 places; ``docs=`` records the documented value, ``defaults_table()`` lists both, and
-tests/test_config_vs_deepspeed.py instantiates DeepSpeed's own config classes and compares.
+tests/zero_ref/test_config_vs_deepspeed.py instantiates DeepSpeed's own config classes and compares.
 
 Every problem is a ``ConfigError`` (a ValueError) whose message starts with the key's dotted path
 and says how to fix it. zero_ref is stricter than DeepSpeed, on purpose:

@@ -5,10 +5,10 @@ Attention is spelled out with explicit ops (no ``scaled_dot_product_attention``)
 uses ``torch.native_dropout`` (a 1-byte boolean mask on every device; ``F.dropout`` on CPU
 saves a full-width scaled-noise tensor instead). With those choices the tensors autograd saves
 per block match Korthikanti et al. (arXiv 2205.05198) term by term: 34·s·b·h + 5·a·s²·b bytes
-in 16-bit, plus LayerNorm's per-token mean and rstd (see tests/test_models_measure.py).
+in 16-bit, plus LayerNorm's per-token mean and rstd (see tests/zero_ref/test_models_measure.py).
 
 The LLaMA-style options keep that property for the blocks trained today (each term is in
-zero_ref.memory.activation_terms, checked in tests/test_activation_terms.py): ``n_kv_heads``
+zero_ref.memory.activation_terms, checked in tests/zero_ref/test_activation_terms.py): ``n_kv_heads``
 (grouped-query attention), ``attention="flash"`` (torch's scaled_dot_product_attention, which
 keeps the softmax statistics instead of the s×s scores), ``mlp="swiglu"`` (a fused SwiGLU that
 keeps the gate and up projections' output, as Megatron's does), ``norm="rmsnorm"`` (a fused

@@ -60,7 +60,8 @@ def _all_reduce(x, group):
     return x
 
 
-class _Comm(torch.autograd.Function):
+class CommOp(torch.autograd.Function):
+    """An autograd Function whose forward is ``fwd`` and whose backward is ``bwd``: each a collective or a slice."""
     fwd = bwd = staticmethod(lambda x, group: x)
 
     @classmethod
@@ -73,78 +74,78 @@ class _Comm(torch.autograd.Function):
         return cls.bwd(grad, ctx.group), None
 
 
-class _CopyToTP(_Comm):
+class CopyToTP(CommOp):
     """Forward: identity (every rank already holds X). Backward: all-reduce the input gradient."""
     bwd = staticmethod(_all_reduce)
 
 
-class _ReduceFromTP(_Comm):
+class ReduceFromTP(CommOp):
     """Forward: all-reduce the partial sums. Backward: identity."""
     fwd = staticmethod(_all_reduce)
 
 
-class _GatherFromTP(_Comm):
+class GatherFromTP(CommOp):
     """Forward: all-gather the feature slices (last dim). Backward: keep this rank's slice."""
     fwd, bwd = staticmethod(_gather_last), staticmethod(_split_last)
 
 
-class _ScatterToTP(_Comm):
+class ScatterToTP(CommOp):
     """Forward: keep this rank's feature slice (last dim). Backward: all-gather the slices."""
     fwd, bwd = staticmethod(_split_last), staticmethod(_gather_last)
 
 
-class _GatherFromSequence(_Comm):
+class GatherFromSequence(CommOp):
     """Forward: all-gather the sequence shards (dim 0). Backward: reduce-scatter the gradient."""
     fwd, bwd = staticmethod(_gather_seq), staticmethod(_reduce_scatter_seq)
 
 
-class _ReduceScatterToSequence(_Comm):
+class ReduceScatterToSequence(CommOp):
     """Forward: reduce-scatter the partial sums into sequence shards. Backward: all-gather."""
     fwd, bwd = staticmethod(_reduce_scatter_seq), staticmethod(_gather_seq)
 
 
-class _ScatterToSequence(_Comm):
+class ScatterToSequence(CommOp):
     """Forward: keep this rank's sequence shard. Backward: all-gather the gradient."""
     fwd, bwd = staticmethod(_split_seq), staticmethod(_gather_seq)
 
 
-class _AllToAll(_Comm):
+class AllToAll(CommOp):
     """Forward: equal-split all-to-all along dim 0 (chunk j goes to rank j). Backward: the same
     all-to-all on the gradient (it sends each chunk back where it came from)."""
     fwd = bwd = staticmethod(_all_to_all)
 
 
 def copy_to_tp(x, group):
-    return _CopyToTP.apply(x, group)
+    return CopyToTP.apply(x, group)
 
 
 def reduce_from_tp(x, group):
-    return _ReduceFromTP.apply(x, group)
+    return ReduceFromTP.apply(x, group)
 
 
 def gather_from_tp(x, group):
-    return _GatherFromTP.apply(x, group)
+    return GatherFromTP.apply(x, group)
 
 
 def scatter_to_tp(x, group):
-    return _ScatterToTP.apply(x, group)
+    return ScatterToTP.apply(x, group)
 
 
 def gather_from_sequence(x, group):
-    return _GatherFromSequence.apply(x, group)
+    return GatherFromSequence.apply(x, group)
 
 
 def reduce_scatter_to_sequence(x, group):
-    return _ReduceScatterToSequence.apply(x, group)
+    return ReduceScatterToSequence.apply(x, group)
 
 
 def scatter_to_sequence(x, group):
-    return _ScatterToSequence.apply(x, group)
+    return ScatterToSequence.apply(x, group)
 
 
 def all_to_all(x, group):
     """Differentiable equal-split all-to-all (MoE dispatch and combine, Ulysses' sequence ↔ head swap)."""
-    return _AllToAll.apply(x, group)
+    return AllToAll.apply(x, group)
 
 
 class _LinearGatherSequence(torch.autograd.Function):

@@ -19,7 +19,7 @@ set after k - 1 scheduler steps:
 
 Before the first step (i = -1) the rate is the minimum (WarmupLR, WarmupDecayLR: ``warmup_min_lr``;
 WarmupCosineLR: 0): DeepSpeed's first optimizer step therefore runs at ``warmup_min_lr``, and with
-the log warm-up the second one too (log(0 + 1) = 0). tests/test_engine.py checks these rates
+the log warm-up the second one too (log(0 + 1) = 0). tests/zero_ref/test_engine.py checks these rates
 against DeepSpeed's classes step by step.
 """
 from __future__ import annotations

@@ -4,7 +4,8 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 PKG = ROOT / "zero_ref"
 
 
