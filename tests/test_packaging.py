@@ -79,3 +79,10 @@ def test_pip_install_dot_in_a_fresh_environment(tmp_path):
         run = subprocess.run([venv / "bin" / script, "--help"], cwd=tmp_path, capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 0 and "usage" in run.stdout.lower(), (script, run.stdout[-500:], run.stderr[-2000:])
+    # the planner runs from the installed copy, presets and all, and writes a config zero_ref reads
+    plan = subprocess.run([venv / "bin" / "zero-lab-sim", "plan", "--model", "llama-2-7b", "--gpus", "8", "--top", "1",
+                           "--write-config", "ds.json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0 and "chosen: " in plan.stdout, plan.stderr[-2000:]
+    read = subprocess.run([python, "-c", "import zero_ref.config as c; print(c.parse(c.load('ds.json'), dp=8).zero_optimization.stage)"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert read.returncode == 0 and read.stdout.strip() in "0123", read.stderr[-2000:]
