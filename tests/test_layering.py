@@ -11,7 +11,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 PACKAGES = ("zero_ref", "sim", "course")
 
 # Which package may import which: a package never imports one to its right.
