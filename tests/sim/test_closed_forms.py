@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 import sim
 from sim.cost.flops import attention_core_flops, layer_forward_flops
 from zero_ref.memory import activation_bytes_per_layer
+from tests.sim.helpers import cluster
 
 FREE = sim.Costs.compute_only(efficiency=0.5)
 
@@ -28,10 +29,6 @@ def stage_times(model, plan, cluster):
     return lps * fwd / rate, lps * (2 * fwd + extra[plan.recompute]) / rate
 
 
-def cluster_for(plan):
-    return sim.Cluster.preset("H100-80GB", nodes=plan.world_size, gpus_per_node=1)
-
-
 plans = st.builds(
     dict, p=st.integers(1, 6), m=st.integers(1, 10), tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2]),
     zero=st.integers(0, 3), recompute=st.sampled_from(["none", "selective", "full"]),
@@ -45,9 +42,9 @@ def test_gpipe_and_1f1b_step_time_and_bubble(cfg, schedule):
     model = tiny(p * cfg["per_stage"])
     plan = sim.Plan(zero_stage=cfg["zero"], tp=cfg["tp"], pp=p, dp=cfg["dp"], num_microbatches=m,
                     schedule=schedule, recompute=cfg["recompute"])
-    cluster = cluster_for(plan)
-    r = sim.simulate(model, cluster, plan, FREE, granularity=cfg["granularity"], head=False)
-    t_f, t_b = stage_times(model, plan, cluster)
+    one_per_node = cluster("H100-80GB", plan.world_size, gpus_per_node=1)
+    r = sim.simulate(model, one_per_node, plan, FREE, granularity=cfg["granularity"], head=False)
+    t_f, t_b = stage_times(model, plan, one_per_node)
     assert r.step_time == pytest.approx((m + p - 1) * (t_f + t_b), rel=1e-9)
     assert r.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=1e-9, abs=1e-12)
     assert r.bubble_fraction == pytest.approx(sim.bubble_fraction(p, m), abs=1e-12)
@@ -60,9 +57,9 @@ def test_interleaved_step_time_and_bubble(p, k, v, t):
     m = k * p
     model = tiny(p * v * t)
     plan = sim.Plan(pp=p, num_microbatches=m, schedule="interleaved", virtual=v)
-    cluster = cluster_for(plan)
-    r = sim.simulate(model, cluster, plan, FREE, head=False)
-    t_f, t_b = stage_times(model, plan, cluster)
+    one_per_node = cluster("H100-80GB", plan.world_size, gpus_per_node=1)
+    r = sim.simulate(model, one_per_node, plan, FREE, head=False)
+    t_f, t_b = stage_times(model, plan, one_per_node)
     assert r.step_time == pytest.approx((v * m + p - 1) * (t_f + t_b) / v, rel=1e-9)
     assert r.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), rel=1e-9, abs=1e-12)
     assert r.bubble_fraction == pytest.approx(sim.bubble_fraction(p, m, v), abs=1e-12)
@@ -78,7 +75,7 @@ def test_total_compute_is_the_same_under_every_schedule(p, k, recompute, efficie
     for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
         plan = sim.Plan(tp=2, pp=p, dp=2, num_microbatches=m, schedule=schedule, virtual=v,
                         recompute=recompute, zero_stage=1)
-        r = sim.simulate(model, cluster_for(plan), plan, sim.Costs(efficiency=efficiency, efficiency_by_gpu=()))
+        r = sim.simulate(model, cluster("H100-80GB", plan.world_size, gpus_per_node=1), plan, sim.Costs(efficiency=efficiency, efficiency_by_gpu=()))
         busy[schedule] = (r.busy["compute"], r.busy["tp_comm"])
     for schedule in ("1f1b", "interleaved"):
         for got, want in zip(busy[schedule], busy["gpipe"]):
@@ -90,7 +87,7 @@ def test_1f1b_stage_s_holds_p_minus_s_microbatches_gpipe_holds_m(p, m):
     model = tiny(2 * p)
     for schedule in ("1f1b", "gpipe"):
         plan = sim.Plan(pp=p, num_microbatches=m, schedule=schedule, micro_batch_size=2)
-        r = sim.simulate(model, cluster_for(plan), plan, FREE, granularity="layer")
+        r = sim.simulate(model, cluster("H100-80GB", plan.world_size, gpus_per_node=1), plan, FREE, granularity="layer")
         per_mb = 2 * activation_bytes_per_layer(model.seq, 2, model.hidden, model.heads)
         for s in range(p):
             held = r.peak_memory[s]["activation"] / per_mb

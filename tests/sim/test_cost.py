@@ -10,6 +10,7 @@ from sim.cost.cost_model import CostModel
 from sim.cost.flops import attention_core_flops, layer_forward_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.spec.topology import group_link, group_ranks
+from tests.sim.helpers import cluster
 
 
 def test_layer_flops_are_24bsh2_plus_4bs2h_for_a_gpt_mlp():
@@ -32,10 +33,6 @@ def test_collectives_are_the_alpha_beta_formulas(size, n, alpha, bw):
     assert reduce_scatter(size, n, alpha, bw) == all_gather(size, n, alpha, bw) == (n - 1) * alpha + (n - 1) / n * size / bw
     assert point_to_point(size, alpha, bw) == alpha + size / bw
     assert tree_all_reduce(size, n, alpha, bw) <= ring_all_reduce(size, n, alpha, bw)  # same bandwidth term
-
-
-def cluster(nodes=2, **kw):
-    return sim.Cluster.preset("A100-80GB", nodes=nodes, **kw)
 
 
 def test_groups_follow_megatrons_rank_order():

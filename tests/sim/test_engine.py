@@ -10,17 +10,14 @@ import sim.step.idle
 from sim.cost.flops import head_forward_flops, layer_forward_flops
 from sim.cost.work import Adam, Collective
 from sim.step.graph import KINDS, STREAMS
+from tests.sim.helpers import cluster
 
 MODEL = sim.Model.preset("gpt3-350m")  # 24 layers
 
 
-def cluster(world):
-    return sim.Cluster.preset("A100-80GB", nodes=max(1, world // 8), gpus_per_node=min(8, world))
-
-
 def run(costs=None, **plan):
     plan = sim.Plan(**plan)
-    return sim.simulate(MODEL, cluster(plan.world_size), plan, costs)
+    return sim.simulate(MODEL, cluster(world=plan.world_size), plan, costs)
 
 
 @settings(max_examples=25, deadline=None)

@@ -11,14 +11,10 @@ from sim.step.graph import TaskGraph
 from sim.step.list_schedule import list_schedule
 from sim.step.lowering import build_graph
 from sim.step.memory_timeline import memory_timeline, static_bytes
+from tests.sim.helpers import cluster
 
 MODEL = sim.Model("tiny", layers=8, hidden=256, heads=8, vocab=1000, seq=128)
 BIG = sim.Model.preset("gpt3-1.3b")  # 24 layers
-
-
-def cluster_for(plan, gpus_per_node=8):
-    g = min(gpus_per_node, plan.world_size)
-    return sim.Cluster.preset("A100-80GB", nodes=plan.world_size // g, gpus_per_node=g)
 
 
 plans = st.fixed_dictionaries(dict(
@@ -41,11 +37,11 @@ def make(cfg):
                     recompute=cfg["recompute"], offload_optimizer=opt, offload_param=param,
                     overlap_comm=cfg["overlap"], gradient_clipping=cfg["clip"], reduce_bucket_size=cfg["bucket"],
                     allgather_bucket_size=cfg["bucket"])
-    cluster = cluster_for(plan, cfg["gpus_per_node"])
+    cl = cluster(world=plan.world_size, gpus_per_node=cfg["gpus_per_node"])
     gran = cfg["granularity"]
     graph = build_graph(MODEL, plan, granularity=gran if MODEL.layers % (plan.pp * plan.virtual * 2) == 0 or
                         gran != 2 else "layer")
-    return plan, cluster, graph, CostModel(cluster, plan).durations(graph.works)
+    return plan, cl, graph, CostModel(cl, plan).durations(graph.works)
 
 
 @settings(max_examples=60, deadline=None)
@@ -63,7 +59,7 @@ def test_without_contention_every_node_starts_and_ends_exactly_as_in_list_schedu
 
 def test_simulate_selects_the_engine():
     plan = sim.Plan(zero_stage=2, tp=2, pp=2, dp=2, num_microbatches=4)
-    cl = cluster_for(plan)
+    cl = cluster(world=plan.world_size)
     a = sim.simulate(MODEL, cl, plan)
     b = sim.simulate(MODEL, cl, plan, engine="events", contention=Contention())
     assert (a.engine, b.engine) == ("list", "events")
@@ -142,7 +138,7 @@ def test_fair_sharing_of_unequal_transfers():
 
 def test_zero3_live_parameter_cap_of_one_group_stops_the_prefetch():
     plan = sim.Plan(zero_stage=3, dp=8, num_microbatches=2)
-    cl = cluster_for(plan)
+    cl = cluster(world=plan.world_size)
     group = BIG.num_params / BIG.layers  # one layer per group at granularity='layer'
     free = sim.simulate(BIG, cl, plan, granularity="layer")
     capped = sim.simulate(BIG, cl, plan, granularity="layer", engine="events",
@@ -159,7 +155,7 @@ def test_zero3_live_parameter_cap_of_one_group_stops_the_prefetch():
 def test_memory_pressure_delays_the_prefetch_and_the_peak_stays_under_hbm(monkeypatch):
     monkeypatch.setattr(sim.step.lowering, "BACKWARD_GATHER", "prefetch")  # gathers ahead in both passes: more to delay
     plan = sim.Plan(zero_stage=3, dp=8, num_microbatches=2)
-    cl = cluster_for(plan)
+    cl = cluster(world=plan.world_size)
     free = sim.simulate(BIG, cl, plan, granularity="layer")
     group = 2 * BIG.num_params / BIG.layers
     tight = free.peak_gpu_bytes - group / 2  # half a gathered layer short of the free-running peak
@@ -176,9 +172,9 @@ def test_memory_pressure_delays_the_prefetch_and_the_peak_stays_under_hbm(monkey
 
 def test_dp_and_pipeline_traffic_share_the_nic_only_when_both_leave_the_node():
     across = sim.Plan(zero_stage=2, tp=1, pp=2, dp=2, num_microbatches=4)
-    one_per_node = cluster_for(across, gpus_per_node=1)
+    one_per_node = cluster(world=across.world_size, gpus_per_node=1)
     assert Contention.for_plan(one_per_node, across).links == (SharedLink("ib", ("dp_comm", "pp_comm")),)
-    assert Contention.for_plan(cluster_for(across), across).links == ()  # all on NVLink
+    assert Contention.for_plan(cluster(world=across.world_size), across).links == ()  # all on NVLink
     assert Contention.for_plan(one_per_node, across, share_ib=False, pcie="fifo").links == (
         SharedLink("pcie", ("h2d", "d2h"), "fifo"),)
     lst = sim.simulate(MODEL, one_per_node, across)
