@@ -48,7 +48,7 @@ class MoERun:
 
 
 def train_expert_parallel(rank, world, run, ep):
-    """``run.steps`` AdamW steps in ep groups of ``ep`` ranks: step 0's routing, logits, records, gradients; the end state."""
+    """AdamW steps in ep groups of ``ep`` ranks: step 0's routing, logits, records and gradients; the end state."""
     from zero_ref.parallel.groups import build_groups
     from zero_ref.parallel.topology import Topology
     pg = build_groups(Topology.for_world(world, ep=ep), axes=("dp", "ep", "edp"))
