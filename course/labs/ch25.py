@@ -1,0 +1,148 @@
+"""Chapter 25's experiments: the MoE GPT on expert-parallel ranks and in one process, DeepSpeed's MoE layer,
+and the harness of Task 25.3's check.
+
+Rank functions take what they need as arguments, so ``zero_ref.launch`` ships them by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zero_ref import comm
+from zero_ref.models import GPTConfig, make_batch
+from zero_ref.parallel import moe
+
+
+@dataclass(frozen=True)
+class MoERun:
+    """The MoE GPT (every MLP an MoE layer), its data per rank and its training: one experiment, two ways to run it."""
+    cfg: GPTConfig
+    experts: int
+    k: int
+    capacity_factor: float
+    aux_coef: float  # the weight of the load-balancing loss
+    micro: int  # sequences per rank and step
+    steps: int
+
+    def build(self, ep_group=None):
+        """The full model from seed 0; with an ep group, this rank's slice of its experts."""
+        torch.manual_seed(0)
+        full = moe.moe_gpt(self.cfg, self.experts, self.k, self.capacity_factor)
+        if ep_group is None:
+            return full
+        model = moe.moe_gpt(self.cfg, self.experts, self.k, self.capacity_factor, ep_group=ep_group)
+        state = full.state_dict()
+        model.load_state_dict({k: state[k] for k in model.state_dict()})
+        return model
+
+    def chunk(self, step, rank, world):
+        """Rank ``rank``'s sequences of step ``step``: one global batch, cut by rank."""
+        idx, targets = make_batch(self.cfg, self.micro * world, seed=1000 + step)
+        return idx[rank * self.micro:(rank + 1) * self.micro], targets[rank * self.micro:(rank + 1) * self.micro]
+
+    def routing_of(self, model):
+        """Per MoE layer: (capacity, dropped choices, tokens per expert) of its last forward."""
+        return [(m.routing.capacity, m.routing.dropped, m.routing.tokens_per_expert(self.experts))
+                for m in moe.moe_layers(model)]
+
+
+def train_expert_parallel(rank, world, run, ep):
+    """AdamW steps in ep groups of ``ep`` ranks: step 0's routing, logits, records and gradients; the end state."""
+    from zero_ref.parallel.groups import build_groups
+    from zero_ref.parallel.topology import Topology
+    pg = build_groups(Topology.for_world(world, ep=ep), axes=("dp", "ep", "edp"))
+    model = run.build(pg.ep)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-6, foreach=False)
+    out = {}
+    for step in range(run.steps):
+        with comm.recording() as log:
+            logits, loss = model(*run.chunk(step, rank, world))
+            (loss + run.aux_coef * moe.aux_loss(model)).backward()
+            moe.reduce_gradients(model, pg.edp, pg.dp)
+        if step == 0:
+            out.update(routing=run.routing_of(model), logits=logits.detach(), records=log.records,
+                       grads={n: p.grad.clone() for n, p in model.named_parameters()})
+        opt.step()
+        opt.zero_grad()
+    out["state"] = {k: v.clone() for k, v in model.state_dict().items()}
+    return out
+
+
+def train_single_process(run, world):
+    """The same training in this process: every rank's chunk routed on its own, the loss averaged over the chunks."""
+    model = run.build()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-6, foreach=False)
+    out = {"routing": [], "logits": []}
+    for step in range(run.steps):
+        total = 0
+        for r in range(world):
+            logits, loss = model(*run.chunk(step, r, world))
+            total = total + (loss + run.aux_coef * moe.aux_loss(model)) / world
+            if step == 0:
+                out["routing"].append(run.routing_of(model))
+                out["logits"].append(logits.detach())
+        total.backward()
+        if step == 0:
+            out["grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        opt.zero_grad()
+    out["state"] = {k: v.clone() for k, v in model.state_dict().items()}
+    return out
+
+
+def moe_forward(rank, world_size, ep_size, token_seeds):
+    """DeepSpeed's MoE layer (`deepspeed.moe.layer.MoE`), here zero_ref's: 4 experts, top-2; one forward per batch
+    of tokens (this rank's at ep_size 2; both ranks' batches, one after the other, in one process at ep_size 1)."""
+    import torch.nn as nn
+
+    from zero_ref.ds.moe.layer import MoE
+    from zero_ref.ds.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+    torch.manual_seed(0)
+    expert = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    layer = MoE(hidden_size=8, expert=expert, num_experts=4, ep_size=ep_size, k=2, capacity_factor=1.0)
+    with torch.no_grad():  # tell the experts apart: DeepSpeed copies the one expert module into every slot
+        for i, e in enumerate(layer.deepspeed_moe.experts.deepspeed_experts):
+            e[0].bias.add_(0.1 * (layer.ep_rank * layer.num_local_experts + i))
+    results = []
+    for seed in token_seeds[rank::world_size]:
+        x = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(seed))
+        torch.manual_seed(1)  # the routing's random draw (top-2 samples its second expert with Gumbel noise)
+        out, l_aux, exp_counts = layer(x)
+        results.append(dict(out=out.detach(), l_aux=l_aux.item(), counts=exp_counts.tolist()))
+    groups = split_params_into_different_moe_groups_for_optimizer([{"params": list(layer.parameters()), "name": "all"}])
+    return results, layer.num_local_experts, [(g["name"], sum(p.numel() for p in g["params"])) for g in groups]
+
+
+def ep_moe_run(rank, world, ep_moe):
+    """The student's layer on this rank against zero_ref's single-process MoE holding every expert."""
+    import copy
+
+    cfg, n, cf = GPTConfig(vocab_size=8, seq_len=16, d_model=16, n_heads=2, n_layers=1), 16, 1.0
+    torch.manual_seed(0)
+    ref = moe.MoE(cfg, num_experts=world, k=1, capacity_factor=cf)
+    xs = [torch.randn(n, cfg.d_model, requires_grad=True) for _ in range(world)]   # every rank's tokens
+    dys = [torch.randn(n, cfg.d_model) for _ in range(world)]
+    ys = []
+    for r, (x, dy) in enumerate(zip(xs, dys)):
+        ys.append(ref(x))                 # each rank's tokens routed on their own: the capacity is per rank
+        if r == rank:
+            dropped_ref = ref.routing.dropped
+            gate_grad = torch.autograd.grad((ys[-1] * dy).sum(), ref.gate.weight, retain_graph=True)[0]
+    sum((y * dy).sum() for y, dy in zip(ys, dys)).backward()   # expert `rank` sums every rank's tokens
+    x = xs[rank].detach().clone().requires_grad_()
+    gate_weight = ref.gate.weight.detach().clone().requires_grad_()
+    expert = copy.deepcopy(ref.experts[str(rank)])
+    expert.zero_grad(set_to_none=True)
+    with comm.recording() as forward:
+        y, dropped = ep_moe(x, gate_weight, expert, cf)
+    with comm.recording() as backward:
+        (y * dys[rank]).sum().backward()
+    close = lambda a, b: a is not None and torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+    grads = [close(x.grad, xs[rank].grad), close(gate_weight.grad, gate_grad),
+             all(close(a.grad, b.grad) for a, b in zip(expert.parameters(), ref.experts[str(rank)].parameters()))]
+    per_call = moe.dispatch_bytes(world, moe.capacity(n, world, 1, cf), cfg.d_model)
+    a2a = [[int(r.bytes) for r in log.records if r.op == "all_to_all"] for log in (forward, backward)]
+    return dict(out=close(y, ys[rank]), grads=grads, dropped=int(dropped), dropped_ref=dropped_ref,
+                a2a=a2a, per_call=per_call)
