@@ -1,0 +1,113 @@
+"""Chapter 16's experiments: accumulation against one big batch, on two ranks and in one process.
+
+The rank functions run under ``zero_ref.launch``; each takes the model config and the chapter's experiment
+parameters as arguments, so the notebook keeps its settings where the reader sees them.
+"""
+import torch
+
+from zero_ref import comm
+from zero_ref.models import GPT, make_batch
+from zero_ref.optim import AdamConfig
+from zero_ref.stages import STAGES
+
+
+def first_step(optimizer, grad, **hyper):
+    """The update one step of ``optimizer`` makes from zero weights with this gradient."""
+    w = torch.zeros_like(grad, requires_grad=True)
+    w.grad = grad.clone()
+    optimizer([w], **hyper).step()
+    return w.detach()
+
+
+def train_accumulating(rank, world, cfg, stage, micro, gas, global_batch, steps):
+    """The weights after ``steps`` optimizer steps, and what each ``step()`` call returned."""
+    assert micro * gas * world == global_batch
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = STAGES[stage](model, adam=AdamConfig(lr=1e-2), gradient_accumulation_steps=gas)
+    applied = []
+    for step in range(steps):
+        idx, targets = make_batch(cfg, global_batch, seed=100 + step)
+        for m in range(gas):
+            start = (m * world + rank) * micro  # micro-step m of rank r takes its slice of the global batch
+            opt.backward(model(idx[start:start + micro], targets[start:start + micro])[1])
+            applied.append(opt.step())
+    return torch.cat([p.detach().flatten() for p in model.parameters()]), applied
+
+
+def boundary_trace(rank, world, cfg, stage, gas=4):
+    """Per micro-step: boundary?, collectives issued in backward and in step, step applied?"""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = STAGES[stage](model, gradient_accumulation_steps=gas)
+    idx, targets = make_batch(cfg, 2 * gas * world, seed=1)
+    rows = []
+    for m in range(gas):
+        boundary = opt.is_gradient_accumulation_boundary()
+        start = (m * world + rank) * 2
+        with comm.recording() as in_backward:
+            opt.backward(model(idx[start:start + 2], targets[start:start + 2])[1])
+        with comm.recording() as in_step:
+            applied = opt.step()
+        rows.append((boundary, [r.op for r in in_backward.records], [r.op for r in in_step.records], applied))
+    return rows
+
+
+def one_step_traffic(rank, world, cfg, stage, gas, bucket):
+    """Collectives (calls per op), ring wire bytes, buckets and padded elements of one optimizer step."""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = STAGES[stage](model, gradient_accumulation_steps=gas, reduce_bucket_size=bucket)
+    idx, targets = make_batch(cfg, 2 * gas * world, seed=1)
+    with comm.recording() as log:
+        for m in range(gas):
+            start = (m * world + rank) * 2
+            opt.backward(model(idx[start:start + 2], targets[start:start + 2])[1])
+            opt.step()
+    calls = {op: int(row["calls"]) for op, row in log.by_op().items()}
+    padded = sum(b.layout.padded_numel for b in opt.buckets)
+    return calls, log.total_wire_bytes(), len(opt.buckets), padded
+
+
+def experiments(rank, world, cfg, global_batch, steps, buckets, gas_values):
+    """The chapter's three experiments in one launch: equal weights, boundary traces, traffic per step."""
+    torch.set_num_threads(1)
+    equal = {(stage, micro, gas): train_accumulating(rank, world, cfg, stage, micro, gas, global_batch, steps)
+             for stage in (0, 1, 2) for micro, gas in ((2, 4), (8, 1))}
+    traces = {stage: boundary_trace(rank, world, cfg, stage) for stage in (1, 2)}
+    traffic = {(stage, name, gas): one_step_traffic(rank, world, cfg, stage, gas, size)
+               for stage in (0, 1, 2) for name, size in buckets.items() for gas in gas_values}
+    return equal, traces, traffic
+
+
+def single_process(cfg, micro, global_batch, steps):
+    """The weights after ``steps`` steps of torch's AdamW in one process, accumulating micro-batches of ``micro``."""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    gas = global_batch // micro
+    for step in range(steps):
+        idx, targets = make_batch(cfg, global_batch, seed=100 + step)
+        for m in range(gas):
+            (model(idx[m * micro:(m + 1) * micro], targets[m * micro:(m + 1) * micro])[1] / gas).backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def manual_dp(rank, world, step_fn, cfg, global_batch, steps):
+    """``steps`` steps of ``step_fn`` at micro 2 × GAS 4 and 8 × GAS 1: the weights and the bytes of each step."""
+    out = {}
+    for micro, gas in ((2, 4), (8, 1)):
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+        sent = []
+        for step in range(steps):
+            idx, targets = make_batch(cfg, global_batch, seed=100 + step)
+            mine = [(idx[s:s + micro], targets[s:s + micro]) for s in ((m * world + rank) * micro for m in range(gas))]
+            with comm.recording() as log:
+                step_fn(model, opt, mine, None)
+            sent.append(int(sum(v["bytes"] for v in log.by_op().values())))
+        out[micro, gas] = torch.cat([p.detach().flatten() for p in model.parameters()]), sent
+    return out
