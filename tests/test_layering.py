@@ -20,7 +20,7 @@ PACKAGE_ORDER = ("zero_ref", "sim", "course")
 
 # zero_ref's wings from the bottom up: a module may import its own wing and the wings below, never one above.
 # A row names modules and sub-packages (a name covers everything under it); the longest matching name wins,
-# and a module no row names is in the top wing (the DeepSpeed surface, recipes, profiling).
+# and a module no row names is in the top wing (recipes, profiling: they run whole engine steps).
 WINGS = (
     ("floor", ("zero_ref.memory", "zero_ref.config", "zero_ref.parallel.topology",  # torch-free (test_project)
                "zero_ref.parallel.schedules")),
@@ -33,6 +33,7 @@ WINGS = (
     ("model", ("zero_ref.models", "zero_ref.parallel.moe")),  # the course GPT; MoE's experts are its MLPs
     ("stages", ("zero_ref.stages", "zero_ref.offload", "zero_ref.compression")),
     ("checkpoint", ("zero_ref.checkpoint",)),
+    ("ds", ("zero_ref.ds",)),  # DeepSpeed's API: nothing but scripts-like modules above it imports it
     ("top", ("zero_ref",)),
 )
 
