@@ -25,11 +25,13 @@ from __future__ import annotations
 import time
 
 import torch
+from torch.utils.data import DataLoader, DistributedSampler
 
 from zero_ref import comm
 from zero_ref.config import ConfigError
 from zero_ref.ds.engine import ENGINES, Engine
 from zero_ref.ds.pipe.module import PipelineModule
+from zero_ref.ds.runtime.dataloader import RepeatingLoader
 from zero_ref.parallel.pipeline import ZERO_WITH_PP
 from zero_ref.parallel.schedules import stage_order
 
@@ -55,6 +57,17 @@ class PipelineEngine(Engine):
         self.num_stages, self.stage_id = model.num_stages, model.stage_id
         self.micro_batches = self.gradient_accumulation_steps()
         self.data_iterator = None
+        if kwargs.get("training_data") is not None:
+            self._build_data_iter(kwargs["training_data"], kwargs.get("collate_fn"))
+
+    def _build_data_iter(self, dataset, collate_fn=None) -> None:
+        """What ``train_batch()`` reads without a ``data_iter``: ``training_data`` in order over this stage's
+        data-parallel group, round and round, on the first and last stages (DeepSpeed's ``_build_data_iter``)."""
+        sampler = DistributedSampler(dataset, num_replicas=self.dp_world_size, rank=self.dp_rank, shuffle=False)
+        loader = RepeatingLoader(DataLoader(dataset, batch_size=self.train_micro_batch_size_per_gpu(), sampler=sampler,
+                                            collate_fn=collate_fn, drop_last=self.config.dataloader_drop_last))
+        if self.is_first_stage() or self.is_last_stage():
+            self.training_dataloader, self.data_iterator = loader, iter(loader)
 
     def stage_kwargs(self, adam):
         kw = super().stage_kwargs(adam)
