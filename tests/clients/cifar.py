@@ -3,7 +3,7 @@
 ``from deepspeed import comm as dist`` for a barrier and an all-reduced accuracy, a checkpoint with
 ``client_state`` after the first epoch, then loaded again and the second epoch replayed.
 
-Rank 0 prints ``RESULT {"losses": [...], "accuracy": [...], "resumed": [...], "client_state": {...}}``.
+Rank 0 prints ``RESULT {"engine": ..., "losses": [...], "accuracy": [...], "resumed": [...], "client_state": {...}}``.
 """
 import argparse
 import json
@@ -95,7 +95,7 @@ def main(args):
     dist.barrier()
     if dist.get_rank() == 0:
         mine = {k: client_state[k] for k in ("epoch", "accuracy")}
-        print("RESULT " + json.dumps({"losses": losses, "accuracy": acc, "resumed": resumed, "client_state": mine}),
+        print("RESULT " + json.dumps({"engine": type(model_engine).__module__, "losses": losses, "accuracy": acc, "resumed": resumed, "client_state": mine}),
               flush=True)
 
 

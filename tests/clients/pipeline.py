@@ -3,7 +3,7 @@
 and ``engine.train_batch()`` drawing from the engine's own loader; ``-p 0`` trains the same layers as one module
 with ``engine(x)`` / ``backward`` / ``step`` (the example's ``train_base``).
 
-Rank 0 prints ``RESULT {"losses": [...]}`` (the loss of each step; with ``-p 0`` of each step's last micro-batch).
+Rank 0 prints ``RESULT {"engine": ..., "losses": [...]}`` (the loss of each step; with ``-p 0`` of each step's last micro-batch).
 """
 import argparse
 import json
@@ -65,7 +65,7 @@ def train_base(args):
         engine.step()
         if (micro_step + 1) % engine.gradient_accumulation_steps() == 0:
             losses.append(loss.item())
-    return losses
+    return engine, losses
 
 
 def train_pipe(args, part="parameters"):
@@ -76,13 +76,13 @@ def train_pipe(args, part="parameters"):
     engine, _, _, _ = deepspeed.initialize(
         args=args, model=net, model_parameters=[p for p in net.parameters() if p.requires_grad],
         training_data=trainset())
-    return [engine.train_batch().item() for _ in range(args.steps)]
+    return engine, [engine.train_batch().item() for _ in range(args.steps)]
 
 
 if __name__ == "__main__":
     args = get_args()
     deepspeed.init_distributed(dist_backend=args.backend)
     args.local_rank = int(os.environ["LOCAL_RANK"])
-    losses = train_base(args) if args.pipeline_parallel_size == 0 else train_pipe(args)
+    engine, losses = train_base(args) if args.pipeline_parallel_size == 0 else train_pipe(args)
     if dist.get_rank() == 0:
-        print("RESULT " + json.dumps({"losses": losses}), flush=True)
+        print("RESULT " + json.dumps({"engine": type(engine).__module__, "losses": losses}), flush=True)
