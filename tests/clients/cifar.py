@@ -95,8 +95,8 @@ def main(args):
     dist.barrier()
     if dist.get_rank() == 0:
         mine = {k: client_state[k] for k in ("epoch", "accuracy")}
-        print("RESULT " + json.dumps({"engine": type(model_engine).__module__, "losses": losses, "accuracy": acc, "resumed": resumed, "client_state": mine}),
-              flush=True)
+        print("RESULT " + json.dumps({"engine": type(model_engine).__module__, "losses": losses, "accuracy": acc,
+                                      "resumed": resumed, "client_state": mine}), flush=True)
 
 
 if __name__ == "__main__":

@@ -134,7 +134,8 @@ def main():
             lrs.append(lr_scheduler.get_last_lr()[0])
     perplexity.append(evaluation(model, eval_dataloader))
     if args.global_rank == 0:
-        print("RESULT " + json.dumps({"engine": type(model).__module__, "losses": losses, "lr": lrs, "perplexity": perplexity}), flush=True)
+        print("RESULT " + json.dumps({"engine": type(model).__module__, "losses": losses, "lr": lrs,
+                                      "perplexity": perplexity}), flush=True)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def main():
     train_dataset, val_dataset = fake_data(96, 0), fake_data(32, 1)
     train_sampler = DistributedSampler(train_dataset)
     train_loader = DataLoader(train_dataset, batch_size=args.batch_size, sampler=train_sampler)
-    val_loader = DataLoader(val_dataset, batch_size=args.batch_size, sampler=DistributedSampler(val_dataset, shuffle=False))
+    val_loader = DataLoader(val_dataset, batch_size=args.batch_size,
+                            sampler=DistributedSampler(val_dataset, shuffle=False))
     losses, lrs, acc1 = [], [], []
     for epoch in range(args.epochs):
         train_sampler.set_epoch(epoch)

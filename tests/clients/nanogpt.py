@@ -105,8 +105,9 @@ def main():
 
     model = GPT()
     optimizer = model.configure_optimizers(0.1, args.learning_rate, (0.9, 0.95))
-    ds_config = {"train_micro_batch_size_per_gpu": batch_size, "gradient_accumulation_steps": gradient_accumulation_steps,
-                 "gradient_clipping": 1.0, "zero_optimization": {"stage": args.zero_stage}, "steps_per_print": 1000}
+    ds_config = {"train_micro_batch_size_per_gpu": batch_size,
+                 "gradient_accumulation_steps": gradient_accumulation_steps, "gradient_clipping": 1.0,
+                 "zero_optimization": {"stage": args.zero_stage}, "steps_per_print": 1000}
     model, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config)
     iter_num, best_val_loss = 0, 1e9
     if args.init_from == "resume":

@@ -3,7 +3,8 @@
 and ``engine.train_batch()`` drawing from the engine's own loader; ``-p 0`` trains the same layers as one module
 with ``engine(x)`` / ``backward`` / ``step`` (the example's ``train_base``).
 
-Rank 0 prints ``RESULT {"engine": ..., "losses": [...]}`` (the loss of each step; with ``-p 0`` of each step's last micro-batch).
+Rank 0 prints ``RESULT {"engine": ..., "losses": [...]}``: the loss of each step (with ``-p 0``, of its last
+micro-batch).
 """
 import argparse
 import json

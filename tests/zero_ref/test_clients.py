@@ -1,5 +1,6 @@
 """course/labs/clients under torchrun (2 CPU ranks), once with DeepSpeed 0.19.8 and once with zero_ref: the same
-losses step by step (fp32, 1e-6 relative, 10 steps), the same replay after loading the checkpoint."""
+losses step by step (fp32, 1e-6 relative, 10 steps), the same replay after loading the checkpoint, exit status 0.
+(tests/clients/ runs DeepSpeed-style scripts unedited through zero_ref.ds.run; these labs show the one-line swap.)"""
 import json
 import subprocess
 import sys
@@ -29,8 +30,8 @@ def run(script: str, engine: str, tmp_path) -> dict:
                           "--deepspeed", "--deepspeed_config", str(cfg)], cwd=ROOT, capture_output=True, text=True,
                          timeout=300, env=torchrun_env(DS_ACCELERATOR="cpu"))
     lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines and (out.returncode == 0 or "terminate called without an active exception" in out.stderr), \
-        out.stderr[-3000:]
+    assert out.returncode == 0, f"{script} on {engine} exited with {out.returncode}:\n{out.stderr[-3000:]}"
+    assert lines, out.stdout[-2000:]
     return json.loads(lines[-1][len("RESULT "):])
 
 

@@ -124,3 +124,31 @@ def test_deepspeeds_split_of_the_layers():
         assert partition_balanced(weights, parts) == list(utils.partition_balanced(weights, parts)), weights
     for n, parts in ((7, 3), (2, 4), (9, 3), (10, 4)):
         assert partition_uniform(n, parts) == list(utils.partition_uniform(n, parts))
+
+
+def _training_data_run(rank, world, with_training_data: bool) -> list[float]:
+    os.environ.setdefault("LOCAL_RANK", "0")
+    zero_ref.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    net = zero_ref.ds.pipe.PipelineModule(layers=layers(zero_ref.ds.pipe), num_stages=2, loss_fn=nn.MSELoss(),
+                                          partition_method="parameters")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(STEPS * GAS * MICRO - MICRO, 6, generator=g)  # the last step starts the data over
+    data = torch.utils.data.TensorDataset(x, torch.sin(3 * x))
+    engine, _, loader, _ = zero_ref.initialize(model=net, config=config(1), model_parameters=net.parameters(),
+                                               training_data=data if with_training_data else None)
+    if with_training_data:
+        assert loader is engine.training_dataloader is not None
+        return [engine.train_batch().item() for _ in range(STEPS)]
+    in_order = zero_ref.ds.utils.RepeatingLoader(torch.utils.data.DataLoader(data, batch_size=MICRO))
+    return [engine.train_batch(data_iter=in_order).item() for _ in range(STEPS)]
+
+
+@pytest.mark.slow
+def test_train_batch_reads_training_data_in_order_without_a_data_iter():
+    """``initialize(training_data=...)`` then ``train_batch()``, as DeepSpeed's pipeline example trains: the first and
+    last stages read the data set in order, round and round (DeepSpeed's ``PipelineEngine._build_data_iter``)."""
+    engine_loader = zero_ref.launch(_training_data_run, 2, True)
+    own_iterator = zero_ref.launch(_training_data_run, 2, False)
+    assert engine_loader[0] == own_iterator[0] == engine_loader[1]
+    assert len(set(engine_loader[0])) == STEPS

@@ -64,8 +64,9 @@ class PipelineEngine(Engine):
         """What ``train_batch()`` reads without a ``data_iter``: ``training_data`` in order over this stage's
         data-parallel group, round and round, on the first and last stages (DeepSpeed's ``_build_data_iter``)."""
         sampler = DistributedSampler(dataset, num_replicas=self.dp_world_size, rank=self.dp_rank, shuffle=False)
-        loader = RepeatingLoader(DataLoader(dataset, batch_size=self.train_micro_batch_size_per_gpu(), sampler=sampler,
-                                            collate_fn=collate_fn, drop_last=self.config.dataloader_drop_last))
+        batch = self.train_micro_batch_size_per_gpu()
+        loader = RepeatingLoader(DataLoader(dataset, batch_size=batch, sampler=sampler, collate_fn=collate_fn,
+                                            drop_last=self.config.dataloader_drop_last))
         if self.is_first_stage() or self.is_last_stage():
             self.training_dataloader, self.data_iterator = loader, iter(loader)
 
@@ -138,7 +139,8 @@ class PipelineEngine(Engine):
     # ------------------------------------------------------------ one schedule
     def _need_data(self) -> None:
         if self.data_iterator is None and (self.is_first_stage() or self.is_last_stage()):
-            raise ValueError("train_batch: no data; pass data_iter= (an iterator of (inputs, labels) batches)")
+            raise ValueError("train_batch: no data; pass data_iter= (an iterator of (inputs, labels) batches) "
+                             "or training_data= to initialize")
 
     def _run(self, order, train: bool) -> list[torch.Tensor]:
         m = self.module
