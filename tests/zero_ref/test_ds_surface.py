@@ -149,3 +149,17 @@ def test_autotp_and_inference_are_refused_naming_what_is_supported():
         zero_ref.tp_model_init(torch.nn.Linear(2, 2), tp_size=2, dtype=torch.float32)
     with pytest.raises(NotImplementedError, match="no inference engine"):
         zero_ref.init_inference(torch.nn.Linear(2, 2))
+
+
+def test_runtime_submodules_are_attributes_after_a_bare_import():
+    """``deepspeed.runtime.utils.set_random_seed(...)`` after only ``import deepspeed`` (pipeline_parallelism/train.py
+    writes it): a fresh interpreter, where nothing has imported ``runtime.utils`` yet."""
+    import subprocess
+    import sys
+    code = ("import zero_ref.ds as deepspeed, torch\n"
+            "deepspeed.runtime.utils.set_random_seed(5); a = torch.rand(1)\n"
+            "torch.manual_seed(5); assert torch.equal(a, torch.rand(1))\n"
+            "try:\n    deepspeed.runtime.no_such_module\nexcept AttributeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "module 'zero_ref.ds.runtime' has no attribute 'no_such_module'" in out.stdout
