@@ -36,6 +36,7 @@ RUNS = {
     "pipeline-p0": ("pipeline.py", ["-p", "0", "--deepspeed_config", "{cfg:pipeline}"], None, False),
     "bert-zero3-bf16": ("bert.py", ["--checkpoint_dir", "{ckpt}"], ["--load_checkpoint_dir", "{ckpt}"], True),
     "gpt2-chat-zero3": ("gpt2_chat.py", [], None, False),
+    "gpt2-chat-zero2": ("gpt2_chat.py", ["--zero_stage", "2"], None, False),
     "nanogpt-zero2": ("nanogpt.py", ["--out_dir", "{ckpt}"], ["--out_dir", "{ckpt}", "--init_from", "resume"], False),
     "imagenet-sgd-zero2": ("imagenet_sgd.py", ["--deepspeed_config", "{cfg:sgd}"], None, False),
 }
