@@ -89,7 +89,7 @@ def main():
 
     dschf = HfDeepSpeedConfig(ds_config) if args.zero_stage == 3 else None  # noqa: F841 (kept alive for from_config)
     config = GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0)
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
     model = AutoModelForCausalLM.from_config(config)
 
     train_dataset, eval_dataset = synthetic_dataset(64, 16, 64, 0), synthetic_dataset(16, 16, 64, 1)
