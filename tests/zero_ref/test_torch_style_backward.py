@@ -138,8 +138,11 @@ def test_misuses_are_refused_with_what_to_do(one_rank):
     _, loss = engine(*batch)
     loss.backward()
     engine.step()
-    raises(lambda: engine.module(*batch)[1].backward(), "engine\\(...\\) has not run since the last backward")
-    raises(lambda: engine.step(), "must follow exactly one backward per micro-batch")  # the refused one did not count
+    engine.module(*batch)[1].backward()  # the module called directly: into param.grad, as a plain module's
+    assert all(p.grad is not None for p in engine.module.parameters() if p.requires_grad)
+    raises(lambda: engine.step(), "must follow exactly one backward per micro-batch")  # that one did not count
+    engine.zero_grad()  # DeepSpeed's: every param.grad to None
+    assert all(p.grad is None for p in engine.module.parameters())
     raises(lambda: (engine(*batch)[1].detach() * 2).sum().backward(), "does not require grad")  # torch's own error
     raises(lambda: engine.backward(engine(*batch)[0]), "loss must be a scalar tensor")
     raises(lambda: engine.scale(torch.ones(())), "loss must be a scalar tensor with a grad_fn")

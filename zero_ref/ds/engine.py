@@ -258,7 +258,8 @@ class Engine(TorchBackward, Accessors, nn.Module):
         if self.optimizer.micro_steps != self.micro_steps + 1:
             raise RuntimeError("engine.step() must follow exactly one backward per micro-batch: engine.backward(loss), "
                                "or loss.backward() on what engine(...) returned (a backward that reached none of the "
-                               "model's trainable parameters does not count; backwards so far: "
+                               "model's trainable parameters does not count, nor does loss.backward() on the module "
+                               "called directly: that only accumulates into param.grad; backwards so far: "
                                f"{self.optimizer.micro_steps}, step calls: {self.micro_steps})")
         start = time.perf_counter()
         if self.is_gradient_accumulation_boundary():
@@ -291,7 +292,11 @@ class Engine(TorchBackward, Accessors, nn.Module):
             print("[zero_ref] bytes held (rank 0) | " + " | ".join(f"{k}: {v}" for k, v in held.items()))
 
     def zero_grad(self) -> None:
-        """Gradients are cleared by the stage after each step; this exists for drop-in loops."""
+        """Every ``param.grad`` of the module to None, as DeepSpeed's does: what a backward outside the engine
+        left there is dropped (at stages 0-1 also what this step's backwards accumulated so far; at stages 2-3
+        those are in the stage's gradient partition, which the stage clears after each step)."""
+        for p in self.module.parameters():
+            p.grad = None
 
     # ------------------------------------------------------------ checkpoints (zero_ref.checkpoint)
     def save_16bit_model(self, save_dir, save_filename: str = "pytorch_model.bin",
