@@ -7,7 +7,7 @@ As the example does: a client ``torch.optim.Adam`` for each net, one engine each
 directly, not through their engines: ``netD(real)`` then ``engineD.backward(errD_real)``; the generator's
 loss flows back through ``netD(fake)`` into the discriminator's parameters, outside engineD; each phase
 begins with ``net.zero_grad()``. Synthetic data (a shifted Gaussian), different on every rank.
-Rank 0 prints ``RESULT {json}``: ``loss_d`` and ``loss_g`` of every step.
+``train`` returns this rank's ``loss_d`` and ``loss_g`` of every step; rank 0 prints its own as ``RESULT {json}``.
 """
 import argparse
 import json
@@ -46,6 +46,10 @@ def get_argument_parser():
     parser.add_argument("--beta1", type=float, default=0.5)
     parser.add_argument("--manualSeed", type=int, default=999)
     parser.add_argument("--local_rank", type=int, default=-1)
+    parser.add_argument("--keep_grads", action="store_true",
+                        help="no netD.zero_grad(): the generator's gradient in netD's parameters joins D's next step")
+    parser.add_argument("--one_backward", action="store_true",
+                        help="one engineD.backward(errD_real + errD_fake) instead of one per loss")
     return parser
 
 
@@ -73,22 +77,24 @@ def train(args):
     losses_d, losses_g = [], []
     for i in range(args.steps):
         # (1) Update D: maximize log(D(x)) + log(1 - D(G(z)))
-        netD.zero_grad()
+        if not args.keep_grads:
+            netD.zero_grad()
         real = real_batch(i, rank, args.batchSize)
         label = torch.full((args.batchSize,), 1.0)
         output = netD(real)
         errD_real = criterion(output, label)
-        model_engineD.backward(errD_real)
+        if not args.one_backward:
+            model_engineD.backward(errD_real)
         fake = netG(noise_batch(i, rank, args.batchSize))
-        label.fill_(0.0)
+        label = torch.full((args.batchSize,), 0.0)  # (a new tensor: errD_real may still need the old one)
         output = netD(fake.detach())
         errD_fake = criterion(output, label)
-        model_engineD.backward(errD_fake)
         errD = errD_real + errD_fake
+        model_engineD.backward(errD if args.one_backward else errD_fake)
         model_engineD.step()
         # (2) Update G: maximize log(D(G(z))); its loss reaches netD's parameters too
         netG.zero_grad()
-        label.fill_(1.0)
+        label = torch.full((args.batchSize,), 1.0)  # fake labels are real for the generator cost
         output = netD(fake)
         errG = criterion(output, label)
         model_engineG.backward(errG)
@@ -97,14 +103,15 @@ def train(args):
         losses_g.append(errG.item())
         if rank == 0:
             print(f"[{i}/{args.steps}] Loss_D: {errD.item():.4f} Loss_G: {errG.item():.4f}")
-    if rank == 0:
-        print("RESULT " + json.dumps({"loss_d": losses_d, "loss_g": losses_g}))
+    return {"loss_d": losses_d, "loss_g": losses_g}
 
 
 def main():
     parser = get_argument_parser()
     parser = deepspeed.add_config_arguments(parser)
-    train(parser.parse_args())
+    result = train(parser.parse_args())
+    if torch.distributed.get_rank() == 0:
+        print("RESULT " + json.dumps(result))
 
 
 if __name__ == "__main__":
