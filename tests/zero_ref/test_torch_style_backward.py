@@ -10,8 +10,8 @@ the usual ``criterion(engine(x), y)``: for a model returning ``(logits, loss)``,
 divides by GAS at both outputs and its ZeRO-1/2 gradient norm comes out halved (zero_ref/ds/engine.py says
 why). Several backwards before one step (a GAN's) train as one backward of their sum, at every stage
 (to 1e-6: the halves accumulate in another order), and at ZeRO-0 as DeepSpeed's. ZeRO-0's
-loss.backward(), fp16 without ``engine.scale`` and a backward that bypasses the engine are refused, each
-with an error naming what to do.
+loss.backward() and fp16 without ``engine.scale`` are refused, each with an error naming what to do; a backward
+on the module called directly only fills ``param.grad`` (tests/zero_ref/test_outside_engine.py).
 """
 import os
 
