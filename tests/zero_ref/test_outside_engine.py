@@ -76,7 +76,8 @@ def reference(keep_grads: bool = False, real: bool = True) -> list[dict]:
             err_real = bce(netD(gan.real_batch(i, r, BATCH)), ones)
             fakes.append(netG(gan.noise_batch(i, r, BATCH)))
             err_fake = bce(netD(fakes[r].detach()), zeros)
-            for s, a, b, h in zip(sum_d, grads(err_real, netD.parameters()), grads(err_fake, netD.parameters()), held[r]):
+            real_grads, fake_grads = grads(err_real, netD.parameters()), grads(err_fake, netD.parameters())
+            for s, a, b, h in zip(sum_d, real_grads, fake_grads, held[r]):
                 s += (a if real else 0) + b + (h if keep_grads else 0)
             out[r]["loss_d"].append((err_real + err_fake).item())
         for p, s in zip(netD.parameters(), sum_d):
@@ -167,7 +168,8 @@ def assert_same(ours: dict, theirs: dict) -> None:
 def deepspeed_stage0(tmp_path_factory) -> dict:
     """DeepSpeed's losses at stage 0: with netD.zero_grad() (False) and without (True, --keep_grads)."""
     folder = tmp_path_factory.mktemp("gan_deepspeed")
-    return {keep: result(torchrun("deepspeed", 0, folder, *(["--keep_grads"] if keep else []))) for keep in (False, True)}
+    return {keep: result(torchrun("deepspeed", 0, folder, *(["--keep_grads"] if keep else [])))
+            for keep in (False, True)}
 
 
 @pytest.mark.slow
