@@ -13,7 +13,9 @@ an ``"optimizer"`` section (Adam or AdamW) or a client ``torch.optim.Adam`` / ``
 hyper-parameters and param groups the stage steps on its own partitions (``compat.client_adam``).
 
 At ZeRO stages 1-3 a script may also call ``loss.backward()`` on what ``engine(...)`` returned
-(``torch_backward``). Several backwards before one ``step()`` train as one backward of their sum.
+(``torch_backward``). Several backwards before one ``step()`` train as one backward of their sum. A module
+called directly, outside its engine (a GAN's discriminator under the generator's backward), accumulates into
+``param.grad`` as a plain module does, and the engine's next backward reduces what is left there.
 Checkpoints: ``save_checkpoint`` / ``load_checkpoint`` delegate to ``zero_ref.checkpoint``.
 """
 from __future__ import annotations
