@@ -91,6 +91,8 @@ class Engine(TorchBackward, Accessors, nn.Module):
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
         self._no_sync = False
         self._step_applied = False
+        self._boundary: bool | None = None  # set_gradient_accumulation_boundary's, if the caller sets it
+        self._counted = False  # a backward off the boundary counted its micro-step (the caller skips step())
         # backward bookkeeping (``backward``, and ``loss.backward()`` through torch_backward's hooks)
         self._in_engine_backward = False  # engine.backward is running: it scales the loss itself
         self._torch_backward: int | None = None  # autograd graph task of an open loss.backward(), if any
@@ -207,6 +209,7 @@ class Engine(TorchBackward, Accessors, nn.Module):
         finally:
             self._in_engine_backward = False
         self._times["backward"] += time.perf_counter() - start
+        self._count_off_boundary()
         return loss / self.gradient_accumulation_steps() if scale_wrt_gas else loss
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
@@ -245,6 +248,28 @@ class Engine(TorchBackward, Accessors, nn.Module):
         finally:
             self._no_sync = False
 
+    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
+        """Say whether the next backward ends the accumulation (accelerate says it before each backward, and
+        calls ``step()`` only on the boundary, as DeepSpeed's engine allows). zero_ref's stages count
+        micro-batches, so a boundary must fall where ``gradient_accumulation_steps`` puts it."""
+        self._boundary = bool(is_boundary)
+
+    def _count_off_boundary(self) -> None:
+        """After a backward under ``set_gradient_accumulation_boundary``: check that the boundary is where the
+        stage counts it, and off the boundary count the micro-step that no ``step()`` will."""
+        self._counted = False
+        if self._boundary is None or self._no_sync:
+            return
+        if self._boundary != self.is_gradient_accumulation_boundary():
+            raise RuntimeError(
+                f"set_gradient_accumulation_boundary({self._boundary}) at micro-batch {self.micro_steps + 1}, but "
+                f"gradient_accumulation_steps is {self.gradient_accumulation_steps()}: zero_ref steps after every "
+                f"{self.gradient_accumulation_steps()} micro-batches (DeepSpeed steps where it is told); make the "
+                "number of micro-batches per epoch a multiple of gradient_accumulation_steps")
+        if not self._boundary:
+            self.micro_steps += 1
+            self._counted = True
+
     def is_gradient_accumulation_boundary(self) -> bool:
         """True during the last micro-batch of an optimizer step (its backward and its step())."""
         return (self.micro_steps + 1) % self.gradient_accumulation_steps() == 0
@@ -255,6 +280,9 @@ class Engine(TorchBackward, Accessors, nn.Module):
         if self._no_sync:
             raise RuntimeError("engine.step() inside no_sync(): step after the context, once a backward outside it "
                                "has reduced the gradients (DeepSpeed refuses it too)")
+        if self._counted:  # off the boundary, the backward counted this micro-step already
+            self._counted = False
+            return
         if self.optimizer.micro_steps != self.micro_steps + 1:
             raise RuntimeError("engine.step() must follow exactly one backward per micro-batch: engine.backward(loss), "
                                "or loss.backward() on what engine(...) returned (a backward that reached none of the "
