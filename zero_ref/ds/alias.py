@@ -13,13 +13,16 @@ What zero_ref lacks fails where the script reaches it, naming it: a module at im
 """
 from __future__ import annotations
 
+import __future__
 import dis
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import pathlib
 import sys
+import types
 
 import zero_ref.ds as _ds
 
@@ -43,7 +46,9 @@ def deepspeed_name(name: str) -> str:
 
 def provided(module) -> list[str]:
     """The public names ``module`` offers: its ``__all__`` (or its public globals), and its submodules."""
-    names = list(getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")])
+    names = list(getattr(module, "__all__", None)
+                 or [n for n, v in vars(module).items() if not n.startswith("_")
+                     and not isinstance(v, (types.ModuleType, __future__._Feature))])
     if hasattr(module, "__path__"):
         import pkgutil
         names += [m.name for m in pkgutil.iter_modules(module.__path__) if m.name not in names]
@@ -73,13 +78,19 @@ def guard(module) -> None:
     def __getattr__(name: str):
         if original is not None:
             try:
-                return original(name)
+                found = original(name)
             except AttributeError:
                 pass
+            else:
+                if isinstance(found, types.ModuleType) and found.__name__.startswith(PACKAGE):
+                    guard(found)
+                return found
         if name.startswith("__"):  # probes such as __path__ or __wrapped__: plain answers
             raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
         if hasattr(module, "__path__") and importlib.util.find_spec(f"{module.__name__}.{name}") is not None:
-            return importlib.import_module(f"{module.__name__}.{name}")
+            sub = importlib.import_module(f"{module.__name__}.{name}")
+            guard(sub)
+            return sub
         raise (ImportError if _importing_from() else AttributeError)(missing_message(module, name))
 
     __getattr__.guards = module
@@ -96,10 +107,33 @@ class _Distribution(importlib.metadata.Distribution):
         return pathlib.Path(_ds.__file__).parent / path
 
 
+class _Guarded(importlib.abc.Loader):
+    """A zero_ref.ds module's own loader, then ``guard``: the module answers missing names as ``deepspeed.*``."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        guard(module)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
 class DeepSpeedAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers ``deepspeed.*`` with the module of the same path under zero_ref.ds (imports and metadata)."""
+    """Answers ``deepspeed.*`` with the module of the same path under zero_ref.ds (imports and metadata), and
+    guards each zero_ref.ds module loaded from then on."""
 
     def find_spec(self, fullname, path=None, target_=None):
+        if fullname.startswith(PACKAGE + "."):
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Guarded(spec.loader)
+            return spec
         ours = target(fullname)
         if ours is None:
             return None
@@ -128,6 +162,9 @@ def install() -> None:
     """Make ``deepspeed`` mean zero_ref.ds in this process (idempotent); drops a real DeepSpeed already imported."""
     if not any(isinstance(f, DeepSpeedAlias) for f in sys.meta_path):
         sys.meta_path.insert(0, DeepSpeedAlias())
+    for name, module in list(sys.modules.items()):
+        if name == PACKAGE or name.startswith(PACKAGE + "."):
+            guard(module)
     for name in [n for n in sys.modules if target(n) is not None]:
         if not getattr(sys.modules[name], "__name__", "").startswith(PACKAGE):
             del sys.modules[name]

@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from zero_ref import activation_checkpointing, checkpoint, comm
 from zero_ref.config import Config, load, parse
+from zero_ref.ds.basic_optimizer import BasicOptimizer
 from zero_ref.ds.comm import init_distributed
 from zero_ref.ds.compat import (Accessors, adopt_deepspeed_zero_init, client_adam, config_source,
                                 refuse_expert_parallel)
@@ -66,6 +67,8 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
             raise ValueError(f"initialize: {name}= (model parallelism) is not supported by zero_ref's engine")
     # a missing file or bad JSON fails here, before any process group exists
     raw = load(config_source(args, config, config_params))
+    if raw.get("steps_per_print") == float("inf"):  # accelerate's "never print" (DeepSpeed's modulo never hits it)
+        raw = {**raw, "steps_per_print": None}
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     kind = next((engine for module, engine in ENGINES.items() if isinstance(model, module)), Engine)
     engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
@@ -153,8 +156,11 @@ class Engine(TorchBackward, Accessors, nn.Module):
     def _scheduler(self, client):
         """The client's scheduler (or callable), else the config's; None if neither."""
         if client is not None:
-            if callable(client) and not hasattr(client, "step"):
-                return client(self.client_optimizer or self.optimizer)  # DeepSpeed's scheduler callable
+            if callable(client) and not hasattr(client, "step"):  # DeepSpeed's scheduler callable
+                if self.client_optimizer is None:
+                    return client(BasicOptimizer(self.optimizer))
+                self._lr_source = self.client_optimizer
+                return client(self.client_optimizer)
             if self.client_optimizer is not None and getattr(client, "optimizer", None) is self.client_optimizer:
                 self._lr_source = self.client_optimizer  # a torch scheduler drives the client optimizer's lr
             return client
