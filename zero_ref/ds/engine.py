@@ -328,6 +328,18 @@ class Engine(TorchBackward, Accessors, nn.Module):
         """Gradients are cleared by the stage after each step; this exists for drop-in loops."""
 
     # ------------------------------------------------------------ checkpoints (zero_ref.checkpoint)
+    def zero_gather_16bit_weights_on_model_save(self) -> bool:
+        return self.config.zero_optimization.stage3_gather_16bit_weights_on_model_save
+
+    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters: bool = False):
+        """ZeRO-3's weights gathered (a collective: every rank calls it), on rank 0; None on the others, as
+        DeepSpeed's (accelerate's ``get_state_dict`` calls it when saving a ZeRO-3 model)."""
+        state = self.optimizer.state_dict()
+        if exclude_frozen_parameters:
+            frozen = {n for n, p in self.module.named_parameters() if not p.requires_grad}
+            state = {k: v for k, v in state.items() if k not in frozen}
+        return state if self.global_rank == 0 else None
+
     def save_16bit_model(self, save_dir, save_filename: str = "pytorch_model.bin",
                          exclude_frozen_parameters: bool = False) -> bool:
         """The module's weights in their training dtype, written by rank 0 (every rank must call it, as in
