@@ -3,6 +3,9 @@
     torchrun --nproc_per_node=2 -m zero_ref.ds.run train.py --deepspeed_config ds.json
     torchrun --nproc_per_node=2 -m zero_ref.ds.run -m package.module --deepspeed_config ds.json
 
+``--local_rank_arg`` first passes ``--local_rank=LOCAL_RANK`` right after the script, as the ``deepspeed``
+launcher does (``zero-ref`` uses it; a script that reads ``args.local_rank`` needs it under torchrun).
+
 An import hook (``zero_ref.ds.alias``) is installed before the script runs, so ``import deepspeed``,
 ``from deepspeed import comm as dist``, ``from deepspeed.ops.adam import FusedAdam`` and the
 ``import deepspeed`` inside transformers and accelerate all reach zero_ref's modules: ``deepspeed.X``
@@ -20,15 +23,21 @@ from zero_ref.ds.alias import install
 __all__ = ["main", "run"]
 
 
-def run(argv: list[str]) -> None:
-    """Run ``argv`` (``script.py args...`` or ``-m module args...``) as ``__main__`` with the alias installed."""
+def run(argv: list[str], local_rank_arg: bool = False) -> None:
+    """Run ``argv`` (``script.py args...`` or ``-m module args...``) as ``__main__`` with the alias installed;
+    with ``local_rank_arg``, ``--local_rank=LOCAL_RANK`` goes right after the script or module name."""
     install()
-    if argv[0] == "-m":
-        if len(argv) < 2:
+    module = argv[0] == "-m"
+    if module:
+        argv = argv[1:]
+        if not argv:
             raise SystemExit("zero_ref.ds.run: -m needs a module name")
-        sys.argv = argv[1:]
+    if local_rank_arg:
+        argv = [argv[0], f"--local_rank={os.environ.get('LOCAL_RANK', 0)}", *argv[1:]]
+    if module:
+        sys.argv = argv
         sys.path.insert(0, os.getcwd())
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
     else:
         script = argv[0]
         if not os.path.isfile(script):
@@ -40,10 +49,12 @@ def run(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    local_rank_arg = bool(argv) and argv[0] == "--local_rank_arg"
+    argv = argv[local_rank_arg:]
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         raise SystemExit(0 if argv else 2)
-    run(argv)
+    run(argv, local_rank_arg)
 
 
 if __name__ == "__main__":
