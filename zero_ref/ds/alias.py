@@ -137,7 +137,10 @@ class DeepSpeedAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         ours = target(fullname)
         if ours is None:
             return None
-        spec = importlib.util.find_spec(ours)
+        try:
+            spec = importlib.util.find_spec(ours)
+        except ModuleNotFoundError:  # its parent is a module, not a package
+            spec = None
         if spec is None:
             parent = importlib.import_module(ours.rpartition(".")[0])
             raise ModuleNotFoundError(missing_message(parent, ours.rpartition(".")[2]).replace(

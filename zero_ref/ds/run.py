@@ -10,7 +10,7 @@ An import hook (``zero_ref.ds.alias``) is installed before the script runs, so `
 ``from deepspeed import comm as dist``, ``from deepspeed.ops.adam import FusedAdam`` and the
 ``import deepspeed`` inside transformers and accelerate all reach zero_ref's modules: ``deepspeed.X``
 *is* ``zero_ref.ds.X``. A module or name zero_ref does not have fails at import or first use, naming
-it. ``zero-ref`` (zero_ref.ds.launcher) starts the ranks itself, as the ``deepspeed`` launcher does.
+it. ``zero-ref`` (zero_ref.ds.launcher.runner) starts the ranks itself, as the ``deepspeed`` launcher does.
 """
 from __future__ import annotations
 

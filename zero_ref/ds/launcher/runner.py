@@ -1,4 +1,4 @@
-"""``zero-ref``: the ``deepspeed`` launcher's counterpart on one machine, running a script on zero_ref.
+"""``zero-ref`` (``deepspeed.launcher.runner``): the ``deepspeed`` launcher's counterpart on one machine.
 
     zero-ref --num_gpus 2 train.py --deepspeed --deepspeed_config ds.json
     zero-ref --include localhost:0,1 --master_port 29501 --module pkg.train --epochs 1
