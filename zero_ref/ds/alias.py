@@ -32,6 +32,10 @@ _METADATA = (f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {_ds.__version__
              "Summary: zero_ref.ds, answering for DeepSpeed's API (zero_ref.ds.alias)\n")
 
 
+#: zero_ref.ds's own modules (no DeepSpeed module has their path): left out of the names a message lists
+OWN_MODULES = {"alias", "basic_optimizer", "compat", "engine", "hf", "run", "stage0_state", "torch_backward"}
+
+
 def target(fullname: str) -> str | None:
     """``zero_ref.ds.X`` for ``deepspeed.X``; None for any other module."""
     if fullname == "deepspeed" or fullname.startswith("deepspeed."):
@@ -51,7 +55,8 @@ def provided(module) -> list[str]:
                      and not isinstance(v, (types.ModuleType, __future__._Feature))])
     if hasattr(module, "__path__"):
         import pkgutil
-        names += [m.name for m in pkgutil.iter_modules(module.__path__) if m.name not in names]
+        own = OWN_MODULES if module.__name__ == PACKAGE else set()
+        names += [m.name for m in pkgutil.iter_modules(module.__path__) if m.name not in names and m.name not in own]
     return sorted(names)
 
 
