@@ -24,16 +24,17 @@ import pathlib
 import sys
 import types
 
-import zero_ref.ds as _ds
-
 PACKAGE = "zero_ref.ds"
 DOCS = "docs/deepspeed_differences.md and README's \"DeepSpeed scripts on zero_ref\""
-_METADATA = (f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {_ds.__version__}\n"
-             "Summary: zero_ref.ds, answering for DeepSpeed's API (zero_ref.ds.alias)\n")
 
 
 #: zero_ref.ds's own modules (no DeepSpeed module has their path): left out of the names a message lists
 OWN_MODULES = {"alias", "basic_optimizer", "compat", "engine", "hf", "run", "stage0_state", "torch_backward"}
+
+
+def version() -> str:
+    """The DeepSpeed release whose API zero_ref.ds follows (its ``__version__``)."""
+    return importlib.import_module(PACKAGE).__version__
 
 
 def target(fullname: str) -> str | None:
@@ -62,7 +63,7 @@ def provided(module) -> list[str]:
 
 def missing_message(module, name: str) -> str:
     where = deepspeed_name(module.__name__)
-    return (f"{where}.{name}: zero_ref runs this script in place of DeepSpeed {_ds.__version__} and has no "
+    return (f"{where}.{name}: zero_ref runs this script in place of DeepSpeed {version()} and has no "
             f"{name!r} in {where}; it provides {', '.join(provided(module)) or 'nothing else'} there "
             f"(what zero_ref supports and refuses: {DOCS})")
 
@@ -106,10 +107,13 @@ class _Distribution(importlib.metadata.Distribution):
     """The ``deepspeed`` distribution, as zero_ref.ds: its metadata names DeepSpeed's version."""
 
     def read_text(self, filename):
-        return _METADATA if filename == "METADATA" else None
+        if filename != "METADATA":
+            return None
+        return (f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {version()}\n"
+                "Summary: zero_ref.ds, answering for DeepSpeed's API (zero_ref.ds.alias)\n")
 
     def locate_file(self, path):
-        return pathlib.Path(_ds.__file__).parent / path
+        return pathlib.Path(__file__).parent / path
 
 
 class _Guarded(importlib.abc.Loader):
