@@ -27,7 +27,6 @@ import types
 PACKAGE = "zero_ref.ds"
 DOCS = "docs/deepspeed_differences.md and README's \"DeepSpeed scripts on zero_ref\""
 
-
 #: zero_ref.ds's own modules (no DeepSpeed module has their path): left out of the names a message lists
 OWN_MODULES = {"alias", "basic_optimizer", "compat", "engine", "hf", "run", "stage0_state", "torch_backward"}
 
@@ -180,7 +179,3 @@ def install() -> None:
     for name in [n for n in sys.modules if target(n) is not None]:
         if not getattr(sys.modules[name], "__name__", "").startswith(PACKAGE):
             del sys.modules[name]
-
-
-def installed() -> bool:
-    return any(isinstance(f, DeepSpeedAlias) for f in sys.meta_path)
