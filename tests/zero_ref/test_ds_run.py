@@ -275,3 +275,86 @@ def test_hf_trainer_gives_deepspeeds_losses(stage, build, tmp_path, request):
             assert sorted(mine) == sorted(dss)
             assert max(float((mine[k] - dss[k]).abs().max()) for k in mine) <= 1e-6
             assert (ours["dir"] / f"checkpoint-{step}" / "latest").read_text().strip() == f"global_step{step}"
+
+
+# ---------------------------------------------------------------- what the Trainer's accelerate calls, one rank
+
+def test_a_scheduler_callable_gets_a_torch_optimizer_whose_rates_the_stage_steps_with(one_rank):
+    """``initialize(lr_scheduler=fn)`` (the Trainer's DummyScheduler path): ``fn`` gets a torch optimizer, as
+    DeepSpeed passes its basic optimizer; the weights equal torch's AdamW under the same LambdaLR."""
+    import torch
+
+    from tests.zero_ref.cases import build_model, micro_batch
+    from zero_ref.ds.engine import initialize
+
+    halve = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)  # noqa: E731
+    reference = build_model()
+    opt = torch.optim.AdamW([p for p in reference.parameters() if p.requires_grad], lr=0.1, weight_decay=0.0)
+    sched = halve(opt)
+    for step in range(3):
+        reference(*micro_batch(step, 0, 0, 1, 1))[1].backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+
+    model = build_model()
+    config = {"train_batch_size": 2, "gradient_clipping": 0.0,
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.1, "weight_decay": 0.0, "torch_adam": True}}}
+    engine, _, _, lr_scheduler = initialize(model=model, lr_scheduler=halve, config=config)
+    assert isinstance(lr_scheduler.optimizer, torch.optim.Optimizer)
+    assert lr_scheduler.optimizer.param_groups is engine.optimizer.param_groups
+    seen = []
+    for step in range(3):
+        engine.backward(engine(*micro_batch(step, 0, 0, 1, 1))[1])
+        seen.append(engine.optimizer.param_groups[0]["lr"])
+        engine.step()
+    assert seen == [0.1, 0.05, 0.025]
+    for (name, a), b in zip(reference.named_parameters(), model.parameters()):
+        assert (a - b).abs().max().item() <= 1e-6 * max(1.0, a.abs().max().item()), name
+
+
+def test_a_scheduler_callable_on_a_client_optimizer_drives_the_rate(one_rank):
+    import torch
+
+    from tests.zero_ref.cases import build_model, micro_batch
+    from zero_ref.ds.engine import initialize
+
+    model = build_model()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    engine, *_ = initialize(model=model, optimizer=opt, config={"train_batch_size": 2},
+                            lr_scheduler=lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda step: 0.5 ** step))
+    seen = []
+    for step in range(3):
+        engine.backward(engine(*micro_batch(step, 0, 0, 1, 1))[1])
+        engine.step()
+        seen.append(engine.optimizer.param_groups[0]["lr"])  # the rate this step used
+    assert seen == [0.1, 0.05, 0.025]
+
+
+def test_caller_set_accumulation_boundaries_train_as_counted_ones(one_rank):
+    """accelerate's loop: ``set_gradient_accumulation_boundary`` before each backward, ``step()`` on the boundary
+    only. The weights are those of a backward + step per micro-batch; a boundary off the count is refused."""
+    import torch
+
+    from tests.zero_ref.cases import build_model, micro_batch
+    from zero_ref.ds.engine import initialize
+
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 0.0,
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.05, "torch_adam": True}},
+              "zero_optimization": {"stage": 2}}
+    counted, told = (initialize(model=build_model(), config=config)[0] for _ in range(2))
+    for step in range(3):
+        for micro in range(2):
+            batch = micro_batch(step, micro, 0, 1, 2)
+            counted.backward(counted(*batch)[1])
+            counted.step()
+            told.set_gradient_accumulation_boundary(micro == 1)
+            told.backward(told(*batch)[1])
+            if micro == 1:
+                told.step()
+    assert told.global_steps == counted.global_steps == 3 and told.micro_steps == counted.micro_steps == 6
+    for a, b in zip(counted.module.parameters(), told.module.parameters()):
+        assert torch.equal(a, b)
+    told.set_gradient_accumulation_boundary(True)
+    with pytest.raises(RuntimeError, match="gradient_accumulation_steps is 2"):
+        told.backward(told(*micro_batch(3, 0, 0, 1, 2))[1])
