@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> None:
 
     os.environ.update(LOCAL_SIZE=str(len(slots)), CROSS_RANK="0", CROSS_SIZE="1")
     if _cuda():  # as DeepSpeed's launch: the chosen GPUs, seen by each rank as 0..n-1
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slots))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # kept: slots index the GPUs it shows
+        ids = visible.split(",") if visible else [str(s) for s in range(max(slots) + 1)]
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids[s] for s in slots)
     args = ["--nnodes=1", f"--nproc_per_node={len(slots)}", "--master_addr=127.0.0.1",
             f"--master_port={a.master_port}", *rank_command(a)]
     if not a.quiet:
