@@ -26,13 +26,13 @@ def gpt2_config() -> transformers.GPT2Config:
                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
 
-def ds_config(stage: int) -> dict:
+def ds_config(stage: int, gather_16bit: bool = False) -> dict:
     return {
         "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
         "gradient_clipping": "auto",
         "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
                                                   "weight_decay": "auto", "torch_adam": True}},
-        "zero_optimization": {"stage": stage},
+        "zero_optimization": {"stage": stage, "stage3_gather_16bit_weights_on_model_save": gather_16bit},
         "steps_per_print": 1000,
     }
 
@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--model_name_or_path", default=None, help="a local folder saved with save_pretrained")
     p.add_argument("--output_dir", default="hf_trainer_out")
     p.add_argument("--save_steps", type=int, default=0, help="save a checkpoint every N steps (0: never)")
+    p.add_argument("--gather_16bit", action="store_true", help="ZeRO-3 checkpoints hold the gathered weights too")
     p.add_argument("--out", default=None, help="rank 0 writes the logged losses here (JSON)")
     p.add_argument("--local_rank", type=int, default=-1)  # the deepspeed launcher passes it
     a = p.parse_args()
@@ -68,7 +69,7 @@ def main() -> None:
         max_steps=a.steps, learning_rate=1e-2, weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0,
         lr_scheduler_type="linear", warmup_steps=2, logging_steps=1, seed=0, report_to=[], disable_tqdm=True,
         save_strategy="steps" if a.save_steps else "no", save_steps=a.save_steps or 500,
-        accelerator_config={"use_configured_state": cpu_only}, deepspeed=ds_config(a.stage))
+        accelerator_config={"use_configured_state": cpu_only}, deepspeed=ds_config(a.stage, a.gather_16bit))
     torch.manual_seed(0)
     if a.model_name_or_path:
         model = transformers.AutoModelForCausalLM.from_pretrained(a.model_name_or_path)

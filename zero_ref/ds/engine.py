@@ -335,6 +335,10 @@ class Engine(TorchBackward, Accessors, nn.Module):
         """ZeRO-3's weights gathered (a collective: every rank calls it), on rank 0; None on the others, as
         DeepSpeed's (accelerate's ``get_state_dict`` calls it when saving a ZeRO-3 model)."""
         state = self.optimizer.state_dict()
+        first: dict[int, str] = {}  # a parameter held by two modules (tied weights) is one tensor, as in DeepSpeed's
+        for name, p in self.module.named_parameters(remove_duplicate=False):
+            if name in state:
+                state[name] = state[first.setdefault(id(p), name)]
         if exclude_frozen_parameters:
             frozen = {n for n, p in self.module.named_parameters() if not p.requires_grad}
             state = {k: v for k, v in state.items() if k not in frozen}
