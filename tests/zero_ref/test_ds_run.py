@@ -359,3 +359,17 @@ def test_caller_set_accumulation_boundaries_train_as_counted_ones(one_rank):
     told.set_gradient_accumulation_boundary(True)
     with pytest.raises(RuntimeError, match="gradient_accumulation_steps is 2"):
         told.backward(told(*micro_batch(3, 0, 0, 1, 2))[1])
+
+
+def test_the_config_accelerate_hands_over_is_read_as_deepspeed_reads_it(one_rank):
+    """accelerate sets ``steps_per_print`` to inf (never print); the Trainer reads ``engine.config`` as a dict."""
+    from tests.zero_ref.cases import build_model
+    from zero_ref.ds.engine import initialize
+
+    engine, *_ = initialize(model=build_model(), config={
+        "train_batch_size": 2, "steps_per_print": float("inf"), "zero_optimization": {"stage": 1},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}})
+    assert engine.steps_per_print() is None
+    assert engine.config.get("zero_optimization", {}).get("stage") == 1
+    assert engine.config.get("tensor_parallel", {}).get("autotp_size", 0) == 0  # a key zero_ref has no section for
+    assert engine.zero_gather_16bit_weights_on_model_save() is False
