@@ -2,12 +2,14 @@
 
     torchrun --nproc_per_node=2 tests/clients/hf_trainer.py --stage 3 --out losses.json          # DeepSpeed
     torchrun --nproc_per_node=2 -m zero_ref.ds.run tests/clients/hf_trainer.py --stage 3 ...     # zero_ref
+    zero-ref --num_gpus 2 tests/clients/hf_trainer.py --stage 3 ...                              # zero_ref
 
 There is no ``import deepspeed``: transformers and accelerate import it. A tiny GPT-2 is built from its
 config (or loaded with ``from_pretrained`` from ``--model_name_or_path``, a local folder) after the
 ``TrainingArguments``, so at ZeRO-3 it is built inside ``deepspeed.zero.Init``. The data are synthetic.
 On a machine without a GPU accelerate finds no backend by itself (``PartialState._prepare_backend``),
-so the script builds its state with ``backend="gloo"`` for DeepSpeed and the Trainer reuses it
+so the script builds its state with ``backend="gloo"`` in DeepSpeed mode (joined through
+``deepspeed.comm``) and the Trainer reuses it
 (``use_configured_state``); ``ddp_backend`` is not read when ``deepspeed=`` is given. Rank 0 writes the
 logged losses to ``--out`` as JSON.
 """
