@@ -90,7 +90,7 @@ def guard(module) -> None:
                 if isinstance(found, types.ModuleType) and found.__name__.startswith(PACKAGE):
                     guard(found)
                 return found
-        if name.startswith("__"):  # probes such as __path__ or __wrapped__: plain answers
+        if name.startswith("_"):  # probes such as __path__ or _is_coroutine: plain, cheap answers
             raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
         if hasattr(module, "__path__") and importlib.util.find_spec(f"{module.__name__}.{name}") is not None:
             sub = importlib.import_module(f"{module.__name__}.{name}")
