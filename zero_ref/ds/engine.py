@@ -334,6 +334,9 @@ class Engine(TorchBackward, Accessors, nn.Module):
     def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters: bool = False):
         """ZeRO-3's weights gathered (a collective: every rank calls it), on rank 0; None on the others, as
         DeepSpeed's (accelerate's ``get_state_dict`` calls it when saving a ZeRO-3 model)."""
+        if self.zero_optimization_stage() != 3:
+            raise ValueError("_zero3_consolidated_16bit_state_dict requires ZeRO-3 mode (as in DeepSpeed): at stages "
+                             "0-2 engine.module.state_dict() holds the whole model")
         state = self.optimizer.state_dict()
         first: dict[int, str] = {}  # a parameter held by two modules (tied weights) is one tensor, as in DeepSpeed's
         for name, p in self.module.named_parameters(remove_duplicate=False):
