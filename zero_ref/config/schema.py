@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 
 path = str  # annotation kinds (the annotations stay strings: from __future__ import annotations)
 betas = tuple
@@ -427,6 +427,15 @@ class Config:
     def precision(self) -> str:
         """'fp16', 'bf16' or 'fp32' (zero_ref.precision's names)."""
         return "fp16" if self.fp16.enabled else "bf16" if self.bf16.enabled else "fp32"
+
+    def get(self, key: str, default=None):
+        """A top-level key as DeepSpeed's ``engine.config`` (the config dict) gives it: a section as a dict
+        (``engine.config.get("zero_optimization", {}).get("stage")``, as the HF Trainer reads it)."""
+        names = {f.name for f in fields(self) if not f.metadata.get("internal")}
+        if key not in names:
+            return default
+        value = getattr(self, key)
+        return asdict(value) if is_dataclass(value) else value
 
 
 def section_types() -> dict[str, type]:
