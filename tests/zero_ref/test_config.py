@@ -125,7 +125,7 @@ def test_keys_without_effect_are_reported_not_ignored():
 ZERO_REF_LIMITS = {"tensor parallel", "flops profiler on", "torch autocast", "ZeRO++ qwZ", "ZeRO++ hpZ", "Lamb",
                    "fp16 auto_cast", "prescale", "sum allreduce", "GDS", "amsgrad", "contiguous off",
                    "NVMe without a path", "params on NVMe, optimizer on CPU", "partial offload", "two NVMe paths",
-                   "bf16 reduction in fp32 training"}
+                   "bf16 reduction in fp32 training", "bf16 master weights", "zenflow"}
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[c["name"] for c in CORPUS])
@@ -154,6 +154,23 @@ def test_not_strict_keeps_deepspeeds_values_and_rules():
     with pytest.raises(C.ConfigError, match="only at stage 1 or 2"):  # DeepSpeed's validator
         C.parse(no_norm, strict=False)
     assert C.parse({**no_norm, "zero_optimization": {"stage": 2, "compute_grad_norm": False}}, strict=False)
+
+
+def test_refused_precision_and_zenflow_keys_name_a_config_that_runs():
+    """bf16_master_weights_and_grads, bf16_optimizer_states and zenflow: the refusal says what DeepSpeed does with
+    the key and which zero_ref config is nearest; that config parses."""
+    bf16 = {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}
+    base = {"train_batch_size": 8, "zero_optimization": {"stage": 2}}
+    e = assert_one_clear_error({**base, "bf16": bf16}, None, "bf16.bf16_master_weights_and_grads", "2 + 8/N")
+    assert "DeepSpeedCPUAdam" in str(e) and "2 + 14/N" in str(e)
+    assert_one_clear_error({**base, "bf16": {**bf16, "bf16_master_weights_and_grads": False}}, None,
+                           "bf16.bf16_optimizer_states", "remove both keys")
+    zenflow = {"stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.05}}
+    e = assert_one_clear_error({**base, "zero_optimization": zenflow}, None, "zero_optimization.zenflow", "topk_ratio")
+    assert "update_interval" in str(e)
+    nearest = C.parse({**base, "bf16": {"enabled": True},
+                       "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    assert nearest.precision == "bf16" and nearest.zero_optimization.offload_optimizer.device == "cpu"
 
 
 def test_parameters_on_nvme_may_leave_their_path_to_the_optimizers():

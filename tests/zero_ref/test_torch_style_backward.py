@@ -10,8 +10,8 @@ the usual ``criterion(engine(x), y)``: for a model returning ``(logits, loss)``,
 divides by GAS at both outputs and its ZeRO-1/2 gradient norm comes out halved (zero_ref/ds/engine.py says
 why). Several backwards before one step (a GAN's) train as one backward of their sum, at every stage
 (to 1e-6: the halves accumulate in another order), and at ZeRO-0 as DeepSpeed's. ZeRO-0's
-loss.backward(), fp16 without ``engine.scale`` and a backward that bypasses the engine are refused, each
-with an error naming what to do.
+loss.backward() and fp16 without ``engine.scale`` are refused, each with an error naming what to do; a backward
+on the module called directly only fills ``param.grad`` (tests/zero_ref/test_outside_engine.py).
 """
 import os
 
@@ -138,8 +138,11 @@ def test_misuses_are_refused_with_what_to_do(one_rank):
     _, loss = engine(*batch)
     loss.backward()
     engine.step()
-    raises(lambda: engine.module(*batch)[1].backward(), "engine\\(...\\) has not run since the last backward")
-    raises(lambda: engine.step(), "must follow exactly one backward per micro-batch")  # the refused one did not count
+    engine.module(*batch)[1].backward()  # the module called directly: into param.grad, as a plain module's
+    assert all(p.grad is not None for p in engine.module.parameters() if p.requires_grad)
+    raises(lambda: engine.step(), "must follow exactly one backward per micro-batch")  # that one did not count
+    engine.zero_grad()  # DeepSpeed's: every param.grad to None
+    assert all(p.grad is None for p in engine.module.parameters())
     raises(lambda: (engine(*batch)[1].detach() * 2).sum().backward(), "does not require grad")  # torch's own error
     raises(lambda: engine.backward(engine(*batch)[0]), "loss must be a scalar tensor")
     raises(lambda: engine.scale(torch.ones(())), "loss must be a scalar tensor with a grad_fn")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 
 path = str  # annotation kinds (the annotations stay strings: from __future__ import annotations)
 betas = tuple
@@ -59,15 +59,20 @@ class BF16Config:
                                       code_note="constants.py says True; the pydantic model that is used says False")
     check_grad_overflow: bool = key(True, "skip the step when a gradient is inf/nan", only=(True,),
                                     why="the stages always check for inf/nan and skip the step")
+    # DeepSpeed 0.19.8: runtime/base_optimizer.py, _configure_master_weights (the dtype, and bf16_optimizer_states
+    # needing bf16_master_weights_and_grads); runtime/config.py, _do_error_check (ZeRO 1-3 only);
+    # runtime/zero/stage_1_and_2.py, _enforce_cpu_offload (ZeRO-Offload + DeepSpeedCPUAdam unless the moments are bf16)
     bf16_master_weights_and_grads: bool = key(
-        False, "keep master weights in bf16", only=(False,),
-        why="DeepSpeed's ZeRO-1/2/3 optimizers then keep the master weights and gradients in bf16 "
-            "(runtime/config.py asserts ZeRO stage 1-3); zero_ref's master weights are always fp32, which trains "
-            "the same model with 2 more bytes per parameter")
+        False, "keep the master weights and gradient partitions in bf16 (ZeRO 1-3)", only=(False,),
+        why="DeepSpeed's ZeRO 1-3 optimizer then keeps its master partition and gradients in bf16, no fp32 copy, "
+            "on the host with DeepSpeedCPUAdam unless bf16_optimizer_states; zero_ref keeps fp32 master weights and "
+            "moments. Nearest: remove it (2 + 14/N bytes per parameter at ZeRO-2; DeepSpeed's all-bf16 states: "
+            "2 + 8/N) and set zero_optimization.offload_optimizer {\"device\": \"cpu\"} to hold them on the host")
     bf16_optimizer_states: bool = key(
-        False, "keep Adam's moments in bf16", only=(False,),
-        why="DeepSpeed then keeps Adam's moments in bf16 (runtime/base_optimizer.py; it needs "
-            "bf16_master_weights_and_grads); zero_ref's moments are always fp32")
+        False, "keep Adam's moments in bf16 (needs bf16_master_weights_and_grads)", only=(False,),
+        why="DeepSpeed then keeps Adam's moments in bf16 (with bf16_master_weights_and_grads only); zero_ref's are "
+            "fp32. Nearest: remove both keys and set zero_optimization.offload_optimizer {\"device\": \"cpu\"} "
+            "to hold the fp32 master and moments on the host")
 
 
 # ---------------------------------------------------------------- offload and NVMe
@@ -184,7 +189,12 @@ class ZeroConfig:
     enable_sanity_checks: bool = key(False, "internal sanity checks", noop="the checks always run")
     save_muon_momentum_buffer_in_memory: bool = key(False, "Muon with NVMe", noop="no Muon")
 
-    DEEPSPEED_ONLY = {"zenflow": "ZenFlow is not implemented", "leaf_module": "ZeRO-3 leaf modules are not "
+    # ZenFlow: DeepSpeed 0.19.8's runtime/zenflow/ (ZenFlowConfig; ZenFlowZeroOptimizer refuses it without cpu offload)
+    DEEPSPEED_ONLY = {"zenflow": "ZenFlow is ZeRO-Offload that steps the top-k gradient columns (topk_ratio) on the "
+                      "device each step and the rest with a CPU Adam every update_interval steps, possibly "
+                      "overlapped (stale by design); zero_ref has no selective update. Nearest: plain ZeRO-Offload, "
+                      "every gradient stepped on the host each step: offload_optimizer {\"device\": \"cpu\"}",
+                      "leaf_module": "ZeRO-3 leaf modules are not "
                       "implemented; ZeroStage3(unit_modules=...) groups a subtree into one unit"}
     REMOVED = {"mics_shard_size": "MiCS sharding", "mics_hierarchical_params_gather": "MiCS sharding",
                "zeropp_loco_param": "LoCo-ZeRO++"}
@@ -417,6 +427,15 @@ class Config:
     def precision(self) -> str:
         """'fp16', 'bf16' or 'fp32' (zero_ref.precision's names)."""
         return "fp16" if self.fp16.enabled else "bf16" if self.bf16.enabled else "fp32"
+
+    def get(self, key: str, default=None):
+        """A top-level key as DeepSpeed's ``engine.config`` (the config dict) gives it: a section as a dict
+        (``engine.config.get("zero_optimization", {}).get("stage")``, as the HF Trainer reads it)."""
+        names = {f.name for f in fields(self) if not f.metadata.get("internal")}
+        if key not in names:
+            return default
+        value = getattr(self, key)
+        return asdict(value) if is_dataclass(value) else value
 
 
 def section_types() -> dict[str, type]:

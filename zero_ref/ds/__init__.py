@@ -20,10 +20,16 @@ _LAZY = {
     "zero": ("zero_ref.ds.zero", None),
     "checkpointing": ("zero_ref.ds.checkpointing", None),
     "comm": ("zero_ref.ds.comm", None),
+    "DeepSpeedEngine": ("zero_ref.ds.engine", "Engine"),
+    "PipelineEngine": ("zero_ref.ds.pipe", "PipelineEngine"),
+    "PipelineModule": ("zero_ref.ds.pipe", "PipelineModule"),
+    "get_accelerator": ("zero_ref.ds.accelerator", "get_accelerator"),
+    "logger": ("zero_ref.ds.utils.logging", "logger"),
 }
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "tp_model_init", "init_inference", "zero",
-           "checkpointing", "comm", "__version__"]
+           "checkpointing", "comm", "DeepSpeedEngine", "PipelineEngine", "PipelineModule", "get_accelerator", "logger",
+           "__version__"]
 
 
 def __getattr__(name):

@@ -80,6 +80,12 @@ class Accelerator:
     def max_memory_allocated(self, device_index: int | None = None) -> int:
         return torch.cuda.max_memory_allocated(device_index) if self.cuda else 0
 
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        return torch.cuda.memory_reserved(device_index) if self.cuda else 0
+
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
+        return torch.cuda.max_memory_reserved(device_index) if self.cuda else 0
+
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(device_index)

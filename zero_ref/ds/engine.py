@@ -13,7 +13,9 @@ an ``"optimizer"`` section (Adam or AdamW) or a client ``torch.optim.Adam`` / ``
 hyper-parameters and param groups the stage steps on its own partitions (``compat.client_adam``).
 
 At ZeRO stages 1-3 a script may also call ``loss.backward()`` on what ``engine(...)`` returned
-(``torch_backward``). Several backwards before one ``step()`` train as one backward of their sum.
+(``torch_backward``). Several backwards before one ``step()`` train as one backward of their sum. A module
+called directly, outside its engine (a GAN's discriminator under the generator's backward), accumulates into
+``param.grad`` as a plain module does, and the engine's next backward reduces what is left there.
 Checkpoints: ``save_checkpoint`` / ``load_checkpoint`` delegate to ``zero_ref.checkpoint``.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch.nn as nn
 
 from zero_ref import activation_checkpointing, checkpoint, comm
 from zero_ref.config import Config, load, parse
+from zero_ref.ds.basic_optimizer import BasicOptimizer
 from zero_ref.ds.comm import init_distributed
 from zero_ref.ds.compat import (Accessors, adopt_deepspeed_zero_init, client_adam, config_source,
                                 refuse_expert_parallel)
@@ -66,6 +69,8 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
             raise ValueError(f"initialize: {name}= (model parallelism) is not supported by zero_ref's engine")
     # a missing file or bad JSON fails here, before any process group exists
     raw = load(config_source(args, config, config_params))
+    if raw.get("steps_per_print") == float("inf"):  # accelerate's "never print" (DeepSpeed's modulo never hits it)
+        raw = {**raw, "steps_per_print": None}
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     kind = next((engine for module, engine in ENGINES.items() if isinstance(model, module)), Engine)
     engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
@@ -91,6 +96,8 @@ class Engine(TorchBackward, Accessors, nn.Module):
         self.global_steps = self.global_samples = self.micro_steps = self.skipped_steps = 0
         self._no_sync = False
         self._step_applied = False
+        self._boundary: bool | None = None  # set_gradient_accumulation_boundary's, if the caller sets it
+        self._counted = False  # a backward off the boundary counted its micro-step (the caller skips step())
         # backward bookkeeping (``backward``, and ``loss.backward()`` through torch_backward's hooks)
         self._in_engine_backward = False  # engine.backward is running: it scales the loss itself
         self._torch_backward: int | None = None  # autograd graph task of an open loss.backward(), if any
@@ -151,8 +158,11 @@ class Engine(TorchBackward, Accessors, nn.Module):
     def _scheduler(self, client):
         """The client's scheduler (or callable), else the config's; None if neither."""
         if client is not None:
-            if callable(client) and not hasattr(client, "step"):
-                return client(self.client_optimizer or self.optimizer)  # DeepSpeed's scheduler callable
+            if callable(client) and not hasattr(client, "step"):  # DeepSpeed's scheduler callable
+                if self.client_optimizer is None:
+                    return client(BasicOptimizer(self.optimizer))
+                self._lr_source = self.client_optimizer
+                return client(self.client_optimizer)
             if self.client_optimizer is not None and getattr(client, "optimizer", None) is self.client_optimizer:
                 self._lr_source = self.client_optimizer  # a torch scheduler drives the client optimizer's lr
             return client
@@ -207,6 +217,7 @@ class Engine(TorchBackward, Accessors, nn.Module):
         finally:
             self._in_engine_backward = False
         self._times["backward"] += time.perf_counter() - start
+        self._count_off_boundary()
         return loss / self.gradient_accumulation_steps() if scale_wrt_gas else loss
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
@@ -245,6 +256,28 @@ class Engine(TorchBackward, Accessors, nn.Module):
         finally:
             self._no_sync = False
 
+    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
+        """Say whether the next backward ends the accumulation (accelerate says it before each backward, and
+        calls ``step()`` only on the boundary, as DeepSpeed's engine allows). zero_ref's stages count
+        micro-batches, so a boundary must fall where ``gradient_accumulation_steps`` puts it."""
+        self._boundary = bool(is_boundary)
+
+    def _count_off_boundary(self) -> None:
+        """After a backward under ``set_gradient_accumulation_boundary``: check that the boundary is where the
+        stage counts it, and off the boundary count the micro-step that no ``step()`` will."""
+        self._counted = False
+        if self._boundary is None or self._no_sync:
+            return
+        if self._boundary != self.is_gradient_accumulation_boundary():
+            raise RuntimeError(
+                f"set_gradient_accumulation_boundary({self._boundary}) at micro-batch {self.micro_steps + 1}, but "
+                f"gradient_accumulation_steps is {self.gradient_accumulation_steps()}: zero_ref steps after every "
+                f"{self.gradient_accumulation_steps()} micro-batches (DeepSpeed steps where it is told); make the "
+                "number of micro-batches per epoch a multiple of gradient_accumulation_steps")
+        if not self._boundary:
+            self.micro_steps += 1
+            self._counted = True
+
     def is_gradient_accumulation_boundary(self) -> bool:
         """True during the last micro-batch of an optimizer step (its backward and its step())."""
         return (self.micro_steps + 1) % self.gradient_accumulation_steps() == 0
@@ -255,10 +288,14 @@ class Engine(TorchBackward, Accessors, nn.Module):
         if self._no_sync:
             raise RuntimeError("engine.step() inside no_sync(): step after the context, once a backward outside it "
                                "has reduced the gradients (DeepSpeed refuses it too)")
+        if self._counted:  # off the boundary, the backward counted this micro-step already
+            self._counted = False
+            return
         if self.optimizer.micro_steps != self.micro_steps + 1:
             raise RuntimeError("engine.step() must follow exactly one backward per micro-batch: engine.backward(loss), "
                                "or loss.backward() on what engine(...) returned (a backward that reached none of the "
-                               "model's trainable parameters does not count; backwards so far: "
+                               "model's trainable parameters does not count, nor does loss.backward() on the module "
+                               "called directly: that only accumulates into param.grad; backwards so far: "
                                f"{self.optimizer.micro_steps}, step calls: {self.micro_steps})")
         start = time.perf_counter()
         if self.is_gradient_accumulation_boundary():
@@ -291,9 +328,32 @@ class Engine(TorchBackward, Accessors, nn.Module):
             print("[zero_ref] bytes held (rank 0) | " + " | ".join(f"{k}: {v}" for k, v in held.items()))
 
     def zero_grad(self) -> None:
-        """Gradients are cleared by the stage after each step; this exists for drop-in loops."""
+        """Every ``param.grad`` of the module to None, as DeepSpeed's does: what a backward outside the engine
+        left there is dropped (at stages 0-1 also what this step's backwards accumulated so far; at stages 2-3
+        those are in the stage's gradient partition, which the stage clears after each step)."""
+        for p in self.module.parameters():
+            p.grad = None
 
     # ------------------------------------------------------------ checkpoints (zero_ref.checkpoint)
+    def zero_gather_16bit_weights_on_model_save(self) -> bool:
+        return self.config.zero_optimization.stage3_gather_16bit_weights_on_model_save
+
+    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters: bool = False):
+        """ZeRO-3's weights gathered (a collective: every rank calls it), on rank 0; None on the others, as
+        DeepSpeed's (accelerate's ``get_state_dict`` calls it when saving a ZeRO-3 model)."""
+        if self.zero_optimization_stage() != 3:
+            raise ValueError("_zero3_consolidated_16bit_state_dict requires ZeRO-3 mode (as in DeepSpeed): at stages "
+                             "0-2 engine.module.state_dict() holds the whole model")
+        state = self.optimizer.state_dict()
+        first: dict[int, str] = {}  # a parameter held by two modules (tied weights) is one tensor, as in DeepSpeed's
+        for name, p in self.module.named_parameters(remove_duplicate=False):
+            if name in state:
+                state[name] = state[first.setdefault(id(p), name)]
+        if exclude_frozen_parameters:
+            frozen = {n for n, p in self.module.named_parameters() if not p.requires_grad}
+            state = {k: v for k, v in state.items() if k not in frozen}
+        return state if self.global_rank == 0 else None
+
     def save_16bit_model(self, save_dir, save_filename: str = "pytorch_model.bin",
                          exclude_frozen_parameters: bool = False) -> bool:
         """The module's weights in their training dtype, written by rank 0 (every rank must call it, as in

@@ -9,6 +9,12 @@ gradient (a pre-accumulation hook), once per backward, so both ways give the gra
 weights added outside the model) opens the backward from the parameter's hook, as long as
 ``engine(...)`` ran since the last backward.
 
+A backward that reaches the parameters when ``engine(...)`` has not run since the last backward comes from
+outside the engine: the module called directly, as a GAN's generator loss flows back through
+``netD(fake)`` into the discriminator under the generator's engine. Its gradients accumulate into
+``param.grad`` undivided and unreduced, as a plain module's do and as in DeepSpeed's stage 0; a
+``module.zero_grad()`` clears them, else the engine's next backward adds to them and reduces the sum.
+
 This rests on four private torch APIs (``torch._C._current_graph_task_id``,
 ``torch.autograd.graph._get_grad_fn_or_grad_acc``, ``torch._C._will_engine_execute_node``,
 ``Variable._execution_engine.queue_callback``); a reader of the engine can skip this file.
@@ -51,10 +57,7 @@ class TorchBackward:
             return None  # engine.backward divided the loss itself; torch.autograd.grad is not training
         if self._torch_backward is None:
             if not self._forwards:
-                raise RuntimeError(
-                    "a backward reached the model's parameters, but engine(...) has not run since the last backward: "
-                    "call backward on what engine(...) returned (loss.backward() or engine.backward(loss)), not on "
-                    "the output of the module called directly")
+                return None  # from outside the engine: into param.grad, as a plain module's (the module docstring)
             self._begin_torch_backward()
         gas = self.gradient_accumulation_steps()
         return None if gas == 1 else grad / gas

@@ -76,6 +76,7 @@ class Bucket:
         self.launched = False
         self.partition: Partition | None = None  # what this rank owns of it (the stage's init_bucket)
         self.flat_grad: torch.Tensor | None = None  # stages 0-1: the full gradient buffer, param.grad views into it
+        self.grad_views: list[torch.Tensor] = []  # stages 0-1: each parameter's view into flat_grad
 
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         return self.layout.shard(flat, self.rank)
@@ -197,6 +198,42 @@ class ZeroOptimizerBase:
             part.grad = torch.zeros(part.numel, dtype=self.dtype, device=master.device)
         return part
 
+    @staticmethod
+    def attach_flat_grad(b: Bucket) -> None:
+        """Stages 0-1: one zeroed gradient buffer for ``b``; each ``param.grad`` is a view into it, so autograd
+        accumulates there."""
+        b.flat_grad = torch.zeros_like(b.flat_param)
+        b.grad_views = b.layout.unflatten(b.flat_grad)
+        for p, g in zip(b.params, b.grad_views):
+            p.grad = g
+
+    def adopt_module_grads(self) -> None:
+        """Stages 0-1, before a backward: the gradient each parameter holds is what this backward adds to, as
+        in DeepSpeed's stage 0, where gradients live in ``param.grad``. A script's ``module.zero_grad()`` sets
+        ``param.grad`` to None (its slice is zeroed), and a backward outside the engine may have made a tensor
+        of its own (its values are taken); either way ``param.grad`` is the view again."""
+        for b in self.buckets:
+            for p, view in zip(b.params, b.grad_views):
+                g = p.grad
+                if g is view:
+                    continue
+                if g is None:
+                    view.zero_()
+                else:
+                    view.copy_(g)
+                p.grad = view
+
+    def take_held_grads(self) -> None:
+        """Stages 2-3, at the end of a reducing backward: a gradient a parameter got outside the engine (another
+        engine's backward through this module) and that this backward did not add to is reduced with it, as
+        DeepSpeed's stage 0 reduces every ``param.grad`` at the boundary."""
+        for b in self.buckets:
+            if b.flat_grad is None and not b.launched:
+                for i, p in enumerate(b.params):
+                    if i not in b.ready and p.grad is not None:
+                        b.ready.add(i)
+                        self.on_grad_ready(b, i, p)
+
     def _make_hook(self, b: Bucket, i: int):
         def hook(param: torch.Tensor) -> None:
             if not self._reducing:
@@ -248,6 +285,7 @@ class ZeroOptimizerBase:
         if not reduce and self.stage >= 2:
             raise RuntimeError(f"ZeRO stage {self.stage} reduces every micro-step's gradients to partition them; "
                                "it cannot accumulate without reducing (DeepSpeed's no_sync refuses stages 2 and 3 too)")
+        self.adopt_module_grads()
         if again:
             self.micro_steps -= 1  # counted again at its end
             if self._reduced:
@@ -263,6 +301,7 @@ class ZeroOptimizerBase:
         then the micro-step is counted. ``failed``: autograd raised; release what the backward held."""
         try:
             if self._reducing and not failed:
+                self.take_held_grads()
                 self.launch_ready(flush=True)
                 self._wait_all()
         finally:

@@ -16,9 +16,7 @@ class DataParallel(ZeroOptimizerBase):
     stage = 0
 
     def init_bucket(self, b: Bucket, masters: dict) -> None:
-        b.flat_grad = torch.zeros_like(b.flat_param)
-        for p, g in zip(b.params, b.layout.unflatten(b.flat_grad)):
-            p.grad = g  # autograd accumulates into the flat buffer
+        self.attach_flat_grad(b)  # autograd accumulates into the flat buffer
         b.partition = self.new_partition(b, self.master_shard(b, masters, full=True), grad=False)
 
     def reduce_bucket(self, b: Bucket) -> None:

@@ -16,9 +16,7 @@ class ZeroStage1(ZeroOptimizerBase):
     stage = 1
 
     def init_bucket(self, b: Bucket, masters: dict) -> None:
-        b.flat_grad = torch.zeros_like(b.flat_param)
-        for p, g in zip(b.params, b.layout.unflatten(b.flat_grad)):
-            p.grad = g
+        self.attach_flat_grad(b)  # autograd accumulates into the flat buffer
         # (ZeRO-Offload puts the partition on the host, with an fp32 gradient shard to add the reductions into)
         b.partition = self.new_partition(b, self.master_shard(b, masters, full=False), grad=False)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 SCHEDULES = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest")
+VALID_LR_SCHEDULES = ["LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"]  # DeepSpeed's list
 
 
 class _Schedule:

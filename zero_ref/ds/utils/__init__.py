@@ -1,8 +1,5 @@
 """``deepspeed.utils`` names that training scripts use: ``RepeatingLoader`` and ``logger``."""
-import logging
-
 from zero_ref.ds.runtime.dataloader import RepeatingLoader
+from zero_ref.ds.utils.logging import logger
 
 __all__ = ["RepeatingLoader", "logger"]
-
-logger = logging.getLogger("zero_ref")

@@ -56,6 +56,7 @@ class UnitState:
         self.ready: set[int] = set()  # parameters whose gradient arrived this backward
         self.launched = False          # its gradients are on their way (ZeroOptimizerBase.launch_ready)
         self.flat_grad = None          # (no full gradient buffer: stages 0-1 keep one)
+        self.grad_views: list = []     # (nor views into it)
         self.reduce_group: ReduceGroup | None = None  # trainable units: the collective its gradient goes in
 
     name = property(lambda self: self.unit.name)

@@ -1,0 +1,1 @@
+"""``deepspeed.launcher``: ``runner`` is the ``zero-ref`` command, the ``deepspeed`` launcher's counterpart."""
