@@ -119,3 +119,89 @@ def test_each_stage_runs_the_client_optimizer_as_one_process_does():
         else:  # each rank its half: together exactly the one process's state (padding is not stepped)
             assert sum(held) == ref_bytes and max(held) <= 0.6 * ref_bytes, (case, held, ref_bytes)
         assert not any(r[case][2] for r in results), f"{case}: Adam moments were allocated beside the optimizer's state"
+
+
+# ------------------------------------------------------------------ the engine: DeepSpeed's rule, checkpoints
+
+def test_the_engine_takes_deepspeeds_tested_list_and_others_only_with_the_key(one_rank):
+    """runtime/engine.py, ``_do_optimizer_sanity_check``: at ZeRO 1-3 an optimizer whose exact class is not in
+    ``ZERO_SUPPORTED_OPTIMIZERS`` needs ``zero_allow_untested_optimizer``; stage 0 takes any torch optimizer."""
+    from zero_ref.config import ConfigError
+    from zero_ref.ds import initialize
+    from zero_ref.ds.ops.adagrad import DeepSpeedCPUAdagrad
+    from zero_ref.ds.ops.lion import DeepSpeedCPULion, FusedLion
+
+    class MyAdamW(torch.optim.AdamW):  # a subclass is untested, as in DeepSpeed (it matches the exact type)
+        pass
+
+    def build(make, stage, **extra):
+        model = build_model()
+        return initialize(model=model, optimizer=make([p for p in model.parameters() if p.requires_grad]),
+                          config={"train_batch_size": 2, "zero_optimization": {"stage": stage}, **extra})[0]
+
+    sgd = OPTIMIZERS["sgd"]
+    for stage in (1, 2, 3):
+        with pytest.raises(ConfigError, match="zero_allow_untested_optimizer") as info:
+            build(sgd, stage)
+        assert info.value.key == "zero_allow_untested_optimizer" and "optimizer=SGD" in str(info.value)
+        with pytest.raises(ConfigError, match="optimizer=MyAdamW"):
+            build(lambda ps: MyAdamW(ps), stage)
+        assert build(sgd, stage, zero_allow_untested_optimizer=True).optimizer.client.name == "SGD"
+    assert build(sgd, 0).optimizer.client.name == "SGD"  # stage 0: any torch optimizer
+    for make in (lambda ps: torch.optim.Adagrad(ps), lambda ps: DeepSpeedCPUAdagrad(ps), lambda ps: FusedLion(ps),
+                 lambda ps: DeepSpeedCPULion(ps)):  # on DeepSpeed's list: no key needed
+        assert build(make, 2).optimizer.client is not None
+    for make in (lambda ps: torch.optim.AdamW(ps), lambda ps: torch.optim.Adam(ps)):  # zero_ref's own Adam step
+        engine = build(make, 2)
+        assert engine.optimizer.client is None and engine.optimizer.buckets[0].partition.exp_avg is not None
+    amsgrad = build(lambda ps: torch.optim.AdamW(ps, amsgrad=True), 1)  # a variant zero_ref's Adam lacks: its own
+    assert amsgrad.optimizer.client.name == "AdamW" and amsgrad.get_mom() == [(0.9, 0.999)]
+    assert build(sgd, 0).get_mom() == [0.0]  # no betas: 0.0, as DeepSpeed's _get_optimizer_param answers
+
+
+def resume(rank, world, name, stage, ckpt, mode):
+    """4 steps of a 4-sample global batch (2 per micro-batch) with a torch schedule on the client optimizer;
+    ``mode``: "straight" (all 4), "save" (2, then a checkpoint), "load" (the checkpoint, then steps 3-4) or
+    "weights" (as "load", without the optimizer's state).
+    Returns the mean loss of each step this rank ran."""
+    from zero_ref.ds import initialize
+    model = build_model()
+    opt = OPTIMIZERS[name](groups(model))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    gas = 2 // world
+    engine, *_ = initialize(model=model, optimizer=opt, lr_scheduler=sched, config={
+        "train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.0,
+        "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True})
+    steps = {"straight": range(4), "save": range(2), "load": range(2, 4), "weights": range(2, 4)}[mode]
+    if mode in ("load", "weights"):
+        assert engine.load_checkpoint(ckpt, load_optimizer_states=mode == "load")[0] is not None
+    losses = []
+    for step in steps:
+        total = 0.0
+        for micro in range(gas):
+            loss = engine(*micro_batch(step, micro, rank, world, gas))[1]
+            engine.backward(loss)
+            engine.step()
+            total += loss.item() / gas
+        losses.append(total)
+    if mode == "save":
+        engine.save_checkpoint(ckpt)
+    return losses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,stage", [("sgd", 2), ("adagrad", 3), ("heavy-ball", 0)])
+def test_a_checkpoint_keeps_the_client_optimizers_partitioned_state(tmp_path, name, stage):
+    """Resume gives the losses of the run never interrupted, bit for bit; the same checkpoint loads at one rank
+    (the per-element state is stored per parameter, so it reshards) and goes on as the two ranks did."""
+    ckpt = str(tmp_path / "ckpt")
+    straight = zero_ref.launch(resume, WORLD, name, stage, ckpt, "straight", timeout=300)
+    zero_ref.launch(resume, WORLD, name, stage, ckpt, "save", timeout=300)
+    resumed = zero_ref.launch(resume, WORLD, name, stage, ckpt, "load", timeout=300)
+    assert [r[2:] for r in straight] == resumed
+    # the state matters: the same weights with a fresh optimizer state give other losses
+    fresh = zero_ref.launch(resume, WORLD, name, stage, ckpt, "weights", timeout=300)
+    assert abs(fresh[0][1] - resumed[0][1]) > 1e-4, (fresh, resumed)
+    one = zero_ref.launch(resume, 1, name, stage, ckpt, "load", timeout=300)[0]
+    for got, want in zip(one, [sum(r[s] for r in straight) / WORLD for s in (2, 3)]):
+        assert abs(got - want) <= 1e-6 * abs(want)

@@ -23,6 +23,7 @@ import torch
 FORMAT = 1
 META, MODEL, LATEST = "metadata.json", "model_states.pt", "latest"
 STATES = ("master", "exp_avg", "exp_avg_sq")
+CLIENT = "client."  # a client optimizer's per-element state (SGD's momentum_buffer, Adagrad's sum): "client.<key>"
 
 
 def optim_file(rank: int) -> str:

@@ -1,8 +1,9 @@
 """The parts of DeepSpeed's engine API that are not about training: a reader of the engine can skip this file.
 
 Refusals of DeepSpeed features zero_ref does not have (AutoTP, the inference engine), the command-line
-arguments, the client optimizer (read as Adam(W) hyper-parameters, or stepped as itself), models built by DeepSpeed's own
-``zero.Init`` (transformers' ZeRO-3 path), and the engine's one-line accessors under DeepSpeed's names.
+arguments, the client optimizer (read as Adam(W) hyper-parameters, or stepped as itself), models built by
+DeepSpeed's own ``zero.Init`` (transformers' ZeRO-3 path), and the engine's one-line accessors under DeepSpeed's
+names.
 """
 from __future__ import annotations
 
@@ -125,7 +126,8 @@ def client_adam(module: nn.Module, cfg, optimizer, model_parameters,
     check_tested(optimizer, cfg)
     off = cfg.zero_optimization.offload_optimizer
     if (off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer
-            and not any(f"{c.__module__}.{c.__qualname__}" in DEEPSPEED_CPU_OPTIMIZERS for c in type(optimizer).__mro__)):
+            and not any(f"{c.__module__}.{c.__qualname__}" in DEEPSPEED_CPU_OPTIMIZERS
+                        for c in type(optimizer).__mro__)):  # (an isinstance check, as DeepSpeed's)
         raise ConfigError("zero_force_ds_cpu_optimizer", "zero_force_ds_cpu_optimizer is true (the default) and "
                                                          "ZeRO-Offload got a client optimizer, which DeepSpeed "
                                                          "refuses too: set an \"optimizer\" config section instead, "
@@ -151,8 +153,9 @@ def _name(optimizer) -> str:
 # is_zero_supported_optimizer does (a subclass is untested), by name so that DeepSpeed need not be imported;
 # zero_ref.ds.ops' classes play DeepSpeed's.
 DEEPSPEED_ADAMS = {"deepspeed.ops.adam.fused_adam.FusedAdam", "deepspeed.ops.adam.cpu_adam.DeepSpeedCPUAdam"}
-DEEPSPEED_CPU_OPTIMIZERS = {"deepspeed.ops.adam.cpu_adam.DeepSpeedCPUAdam", "deepspeed.ops.lion.cpu_lion.DeepSpeedCPULion",
-                            "zero_ref.ds.ops.adam.DeepSpeedCPUAdam", "zero_ref.ds.ops.lion.DeepSpeedCPULion"}
+DEEPSPEED_CPU_OPTIMIZERS = {"deepspeed.ops.adam.cpu_adam.DeepSpeedCPUAdam",
+                            "deepspeed.ops.lion.cpu_lion.DeepSpeedCPULion", "zero_ref.ds.ops.adam.DeepSpeedCPUAdam",
+                            "zero_ref.ds.ops.lion.DeepSpeedCPULion"}
 ZERO_TESTED = {
     "torch.optim.adam.Adam", "torch.optim.adamw.AdamW", "torch.optim.adagrad.Adagrad", *DEEPSPEED_ADAMS,
     "deepspeed.ops.adam.zenflow_cpu_adam.ZenFlowCPUAdam", "deepspeed.ops.adagrad.cpu_adagrad.DeepSpeedCPUAdagrad",

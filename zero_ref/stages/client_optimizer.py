@@ -15,8 +15,8 @@ in DeepSpeed.
 
 State the optimizer built before (torch's Adagrad fills its sums at construction) is moved onto the
 tensors it now steps: per-element state is sliced and joined, a value shared by a whole tensor (a step
-count) is kept if every parameter of the tensor agrees. ``flat_state`` / ``load_flat_state`` give it per
-bucket for checkpoints.
+count) is kept if every parameter of the tensor agrees. ``flat_state``, ``shared_state`` and ``load_state``
+give it per bucket and per group for checkpoints (zero_ref.checkpoint).
 """
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ class Span:
     ``shape`` at stage 0), made of the parameter slices ``pieces`` = [(param, first, end)]."""
 
     def __init__(self, bucket: int, start: int, end: int, group: int, shape, pieces: list):
-        self.bucket, self.start, self.end, self.group, self.shape, self.pieces = bucket, start, end, group, shape, pieces
+        self.bucket, self.start, self.end, self.group = bucket, start, end, group
+        self.shape, self.pieces = shape, pieces
         self.tensor: torch.Tensor | None = None
 
 
@@ -146,11 +147,9 @@ class PartitionedOptimizer:
         return [v for st in self.optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
 
     # ---------------------------------------------------------------- checkpoints
-    def flat_state(self, k: int, numel: int) -> tuple[dict[str, torch.Tensor], list[dict]]:
-        """Bucket ``k``'s per-element state as ``numel``-long fp32 tensors over its partition (zeros where no
-        span is), and per param group the values shared by a whole tensor (a step count)."""
+    def flat_state(self, k: int, numel: int) -> dict[str, torch.Tensor]:
+        """Bucket ``k``'s per-element state as ``numel``-long tensors over its partition (zeros where no span is)."""
         flats: dict[str, torch.Tensor] = {}
-        shared: list[dict] = [{} for _ in self.optimizer.param_groups]
         for s in self.spans:
             if s.bucket != k:
                 continue
@@ -159,19 +158,29 @@ class PartitionedOptimizer:
                     if v.numel() != s.end - s.start:
                         raise ValueError(f"{self.name}'s state {key!r} has {v.numel()} elements for a tensor of "
                                          f"{s.end - s.start}: a checkpoint keeps per-element state only")
-                    flats.setdefault(key, torch.zeros(numel, dtype=v.dtype))[s.start:s.end] = v.reshape(-1)
-                else:
-                    shared[s.group][key] = v.clone() if isinstance(v, torch.Tensor) else v
-        return flats, shared
+                    flats.setdefault(key, torch.zeros(numel, dtype=v.dtype, device=v.device))[s.start:s.end] = \
+                        v.reshape(-1)
+        return flats
 
-    def load_flat_state(self, k: int, flats: dict[str, torch.Tensor], shared: list[dict]) -> None:
-        """Bucket ``k``'s state from ``flat_state``'s shape (read from a checkpoint)."""
+    def shared_state(self) -> list[dict]:
+        """Per param group, the state values shared by a whole tensor (a step count), from this rank's spans."""
+        shared: list[dict] = [{} for _ in self.optimizer.param_groups]
+        for s in self.spans:
+            for key, v in self.optimizer.state.get(s.tensor, {}).items():
+                if not isinstance(v, torch.Tensor) or v.dim() == 0:
+                    shared[s.group][key] = v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v
+        return shared
+
+    def load_state(self, k: int, flats: dict[str, torch.Tensor], shared: list[dict]) -> None:
+        """Bucket ``k``'s state from ``flat_state``'s and ``shared_state``'s shapes (read from a checkpoint)."""
         for s in self.spans:
             if s.bucket != k:
                 continue
-            st = {key: v[s.start:s.end].clone().to(self.masters[k].device) for key, v in flats.items()}
+            device = self.masters[k].device
+            st = {key: v[s.start:s.end].clone().to(device) for key, v in flats.items()}
             st = {key: t.view(s.shape) if s.shape is not None else t for key, t in st.items()}
-            st.update({key: v.clone() if isinstance(v, torch.Tensor) else v for key, v in shared[s.group].items()})
+            st.update({key: v.clone() if isinstance(v, torch.Tensor) else v  # (torch keeps step counts on the host)
+                       for key, v in shared[s.group].items()})
             self.optimizer.state.pop(s.tensor, None)
             if st:
                 self.optimizer.state[s.tensor] = st
