@@ -141,7 +141,8 @@ class Reader:
         return sum(t.numel() * t.element_size() for t in unique)
 
     def read(self, name: str, key: str, lo: int = 0, hi: int | None = None) -> torch.Tensor:
-        """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param" or one of STATES)."""
+        """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param", one of STATES, or a client
+        optimizer's ``CLIENT + key``)."""
         kind = "param" if key == "param" else "optim"
         hi = numel(self.meta["params"][name]["shape"]) if hi is None else hi
         parts, pos = [], lo
