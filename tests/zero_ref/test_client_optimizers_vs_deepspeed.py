@@ -28,8 +28,9 @@ def train(rank, world, which: str, name: str, stage: int) -> dict:
     if name == "sgd":
         opt = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.7 ** s)
-    else:  # one group: DeepSpeed rebuilds a client Adagrad over its partitions from the optimizer's defaults
-        opt = torch.optim.Adagrad(params, lr=0.05, weight_decay=0.01)
+    else:  # one group: DeepSpeed rebuilds a client Adagrad over its partitions from the optimizer's defaults;
+        # initial_accumulator_value > 0 keeps g / sqrt(sum) tame where the true gradient is ~0 (see cases.ADAM)
+        opt = torch.optim.Adagrad(params, lr=0.05, initial_accumulator_value=0.1, weight_decay=0.01)
     config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": GAS,
               "gradient_clipping": 0.5,  # explicit (DeepSpeed's default is 1.0), and active on this toy
               "zero_optimization": {"stage": stage, "reduce_bucket_size": 5000},
@@ -68,8 +69,9 @@ def test_same_script_same_losses(runs, name, stage):
         assert ours["lr"] == pytest.approx(theirs["lr"], rel=1e-12)
         for n, want in theirs["weights"].items():
             assert (ours["weights"][n] - want).abs().max() <= 1e-6 * want.abs().max(), n
-    first, last = runs[0]["zero_ref", name, stage]["losses"][:GAS], runs[0]["zero_ref", name, stage]["losses"][-GAS:]
-    assert sum(last) < sum(first)  # it trained
+    start = dict(build_model().named_parameters())
+    moved = max((w - start[n]).abs().max().item() for n, w in runs[0]["zero_ref", name, stage]["weights"].items())
+    assert moved > 1e-3  # it trained: far beyond the tolerance
 
 
 @pytest.fixture
@@ -78,6 +80,7 @@ def deepspeed(monkeypatch):
     return pytest.importorskip("deepspeed")
 
 
+@pytest.mark.timeout(900)  # DeepSpeed builds its fused_adam and cpu_adam ops on first use (minutes here)
 def test_deepspeeds_own_adams_train_on_zero_ref_as_adamw(deepspeed, one_rank):
     """A script that imports FusedAdam / DeepSpeedCPUAdam from the real DeepSpeed (before any alias) hands zero_ref
     DeepSpeed's classes: they are read as AdamW (``adam_w_mode``), with no key needed, as DeepSpeed lists them."""
@@ -100,6 +103,7 @@ def test_deepspeeds_own_adams_train_on_zero_ref_as_adamw(deepspeed, one_rank):
     assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(runs[0], run))  # torch's AdamW, bit for bit
 
 
+@pytest.mark.timeout(900)  # DeepSpeed builds its cpu_adagrad and cpu_lion ops on first use
 @pytest.mark.parametrize("ours,theirs,kwargs", [
     ("adagrad.DeepSpeedCPUAdagrad", "adagrad.DeepSpeedCPUAdagrad", dict(lr=0.05, weight_decay=0.1)),
     ("lion.DeepSpeedCPULion", "lion.DeepSpeedCPULion", dict(lr=0.01, betas=(0.8, 0.95), weight_decay=0.1)),
