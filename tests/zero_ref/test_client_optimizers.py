@@ -123,9 +123,10 @@ def test_each_stage_runs_the_client_optimizer_as_one_process_does():
 
 # ------------------------------------------------------------------ the engine: DeepSpeed's rule, checkpoints
 
-def test_the_engine_takes_deepspeeds_tested_list_and_others_only_with_the_key(one_rank):
+def test_the_engine_takes_deepspeeds_tested_list_and_others_only_with_the_key(one_rank, tmp_path):
     """runtime/engine.py, ``_do_optimizer_sanity_check``: at ZeRO 1-3 an optimizer whose exact class is not in
     ``ZERO_SUPPORTED_OPTIMIZERS`` needs ``zero_allow_untested_optimizer``; stage 0 takes any torch optimizer."""
+    from zero_ref.checkpoint.format import CheckpointError
     from zero_ref.config import ConfigError
     from zero_ref.ds import initialize
     from zero_ref.ds.ops.adagrad import DeepSpeedCPUAdagrad
@@ -157,6 +158,9 @@ def test_the_engine_takes_deepspeeds_tested_list_and_others_only_with_the_key(on
     amsgrad = build(lambda ps: torch.optim.AdamW(ps, amsgrad=True), 1)  # a variant zero_ref's Adam lacks: its own
     assert amsgrad.optimizer.client.name == "AdamW" and amsgrad.get_mom() == [(0.9, 0.999)]
     assert build(sgd, 0).get_mom() == [0.0]  # no betas: 0.0, as DeepSpeed's _get_optimizer_param answers
+    build(sgd, 0).save_checkpoint(str(tmp_path))
+    with pytest.raises(CheckpointError, match="holds SGD's optimizer state, this engine steps Adam"):
+        build(lambda ps: torch.optim.AdamW(ps), 0).load_checkpoint(str(tmp_path))
 
 
 def resume(rank, world, name, stage, ckpt, mode):

@@ -395,9 +395,11 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
                 buffers[k].copy_(v)
         live = _read_states(opt)
         client_keys, shared = _client_states(reader) if opt.client is not None and load_optimizer_states else ([], [])
-        for b, st in zip(opt.buckets, live):
+        for i, (b, st) in enumerate(zip(opt.buckets, live)):
             if load_optimizer_states:
-                st.update({k: torch.zeros(b.partition.numel, dtype=torch.float32) for k in client_keys if k not in st})
+                if opt.client is not None:  # exactly the saved state: what this optimizer holds now is replaced
+                    st = live[i] = {"master": st["master"],
+                                    **{k: torch.zeros(b.partition.numel, dtype=torch.float32) for k in client_keys}}
                 for name, lo, hi, at in _owned(opt, b, names, range(opt.world_size) if opt.stage == 0 else [rank]):
                     for k, t in st.items():
                         t[at:at + hi - lo] = reader.read(name, k, lo, hi)
