@@ -130,6 +130,7 @@ def test_the_engine_takes_deepspeeds_tested_list_and_others_only_with_the_key(on
     from zero_ref.config import ConfigError
     from zero_ref.ds import initialize
     from zero_ref.ds.ops.adagrad import DeepSpeedCPUAdagrad
+    from zero_ref.ds.ops.adam import DeepSpeedCPUAdam, FusedAdam
     from zero_ref.ds.ops.lion import DeepSpeedCPULion, FusedLion
 
     class MyAdamW(torch.optim.AdamW):  # a subclass is untested, as in DeepSpeed (it matches the exact type)
@@ -152,8 +153,9 @@ def test_the_engine_takes_deepspeeds_tested_list_and_others_only_with_the_key(on
     for make in (lambda ps: torch.optim.Adagrad(ps), lambda ps: DeepSpeedCPUAdagrad(ps), lambda ps: FusedLion(ps),
                  lambda ps: DeepSpeedCPULion(ps)):  # on DeepSpeed's list: no key needed
         assert build(make, 2).optimizer.client is not None
-    for make in (lambda ps: torch.optim.AdamW(ps), lambda ps: torch.optim.Adam(ps)):  # zero_ref's own Adam step
-        engine = build(make, 2)
+    for make in (lambda ps: torch.optim.AdamW(ps), lambda ps: torch.optim.Adam(ps), lambda ps: FusedAdam(ps),
+                 lambda ps: DeepSpeedCPUAdam(ps)) * 2:  # zero_ref's own Adam step (also once torch has hooked the
+        engine = build(make, 2)                          # class's step, at its second instance)
         assert engine.optimizer.client is None and engine.optimizer.buckets[0].partition.exp_avg is not None
     amsgrad = build(lambda ps: torch.optim.AdamW(ps, amsgrad=True), 1)  # a variant zero_ref's Adam lacks: its own
     assert amsgrad.optimizer.client.name == "AdamW" and amsgrad.get_mom() == [(0.9, 0.999)]

@@ -182,6 +182,14 @@ def check_tested(optimizer: torch.optim.Optimizer, cfg) -> None:
                           f"(DeepSpeed's message; its tested list: {TESTED_NAMES}, by exact class)")
 
 
+def _unwrapped(step):
+    """The function under torch's wrappers (each optimizer class's ``step`` gets a profiling hook when its first
+    instance is built): a subclass that does not define its own ``step`` runs Adam's."""
+    while hasattr(step, "__wrapped__"):
+        step = step.__wrapped__
+    return step
+
+
 def adam_reading(optimizer: torch.optim.Optimizer) -> AdamConfig | None:
     """The optimizer as Adam(W) hyper-parameters, when zero_ref's own Adam step is its step (torch's Adam / AdamW
     and zero_ref's or DeepSpeed's FusedAdam / DeepSpeedCPUAdam, bit for bit torch's AdamW arithmetic); None for any
@@ -194,7 +202,8 @@ def adam_reading(optimizer: torch.optim.Optimizer) -> AdamConfig | None:
                                            "amsgrad=True) is not supported by zero_ref, whose Adam always corrects "
                                            "the bias; use torch.optim.AdamW")
         decoupled = {bool(optimizer.adam_w_mode)}
-    elif next(c for c in type(optimizer).__mro__ if "step" in vars(c)) in (torch.optim.Adam, torch.optim.AdamW):
+    elif isinstance(optimizer, torch.optim.Adam) and \
+            _unwrapped(type(optimizer).step) is _unwrapped(torch.optim.Adam.step):
         if any(g.get("amsgrad") or g.get("maximize") for g in groups):
             return None
         # torch's Adam(decoupled_weight_decay=True) is AdamW (and AdamW is an Adam subclass): read the flag
