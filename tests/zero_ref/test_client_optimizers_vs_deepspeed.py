@@ -103,7 +103,8 @@ def test_deepspeeds_own_adams_train_on_zero_ref_as_adamw(deepspeed, one_rank):
                  lambda ps: FusedAdam(ps, lr=1e-2, weight_decay=0.1),
                  lambda ps: DeepSpeedCPUAdam(ps, lr=1e-2, weight_decay=0.1)):
         model = build_model()
-        engine, *_ = zero_ref.initialize(model=model, optimizer=make([p for p in model.parameters() if p.requires_grad]),
+        optimizer = make([p for p in model.parameters() if p.requires_grad])
+        engine, *_ = zero_ref.initialize(model=model, optimizer=optimizer,
                                          config={"train_batch_size": 2, "zero_optimization": {"stage": 2}})
         assert engine.optimizer.client is None and engine.optimizer.adam.adamw
         for idx, targets in batches:
