@@ -325,7 +325,8 @@ def test_clear_errors(one_rank):
     cases = [
         (dict(config={"train_batch_size": 2, "zero_optimization": {"stage": 5}}), "zero_optimization.stage"),
         (dict(config={"train_batch_size": 2}), "none given"),
-        (dict(config={"train_batch_size": 2}, optimizer=torch.optim.SGD(trainable, lr=0.1)), "optimizer=SGD"),
+        (dict(config={"train_batch_size": 2, "zero_optimization": {"stage": 1}},
+              optimizer=torch.optim.SGD(trainable, lr=0.1)), "zero_allow_untested_optimizer"),
         (dict(config={"train_batch_size": 2, **adamw}, model_parameters=trainable + [torch.nn.Parameter(torch.ones(2))]),
          "not one of the module's parameters"),
         (dict(config={"train_batch_size": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}},

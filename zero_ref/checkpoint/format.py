@@ -23,6 +23,7 @@ import torch
 FORMAT = 1
 META, MODEL, LATEST = "metadata.json", "model_states.pt", "latest"
 STATES = ("master", "exp_avg", "exp_avg_sq")
+CLIENT = "client."  # a client optimizer's per-element state (SGD's momentum_buffer, Adagrad's sum): "client.<key>"
 
 
 def optim_file(rank: int) -> str:
@@ -140,7 +141,8 @@ class Reader:
         return sum(t.numel() * t.element_size() for t in unique)
 
     def read(self, name: str, key: str, lo: int = 0, hi: int | None = None) -> torch.Tensor:
-        """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param" or one of STATES)."""
+        """Elements [lo, hi) of parameter ``name``'s flattened ``key`` ("param", one of STATES, or a client
+        optimizer's ``CLIENT + key``)."""
         kind = "param" if key == "param" else "optim"
         hi = numel(self.meta["params"][name]["shape"]) if hi is None else hi
         parts, pos = [], lo

@@ -8,6 +8,7 @@ A checkpoint is a folder ``<dir>/<tag>/``; ``<dir>/latest`` holds the newest tag
     model_states.pt                 client_state, counters, loss scaler, lr scheduler, Adam's settings,
                                     buffers; the full module state dict for stages 0-2    (rank 0)
     optim_states_rank{r:03d}.pt     rank r's fp32 master weights, exp_avg, exp_avg_sq    (every rank)
+                                    (a client optimizer's per-element state instead of the moments)
     param_states_rank{r:03d}.pt     rank r's partition of the (16-bit) parameters        (stage 3)
 
 States are stored per *parameter* as ``{name: {"start": i, "master": t, ...}}``: the flat elements
@@ -41,8 +42,8 @@ import torch
 from zero_ref import comm
 from zero_ref.stages.param_groups import HYPERPARAMETERS
 from zero_ref.stages.zero3.unit import unit_of
-from zero_ref.checkpoint.format import (FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, numel, optim_file,
-                                        param_file, resolve)
+from zero_ref.checkpoint.format import (CLIENT, FORMAT, LATEST, META, MODEL, STATES, CheckpointError, Reader, numel,
+                                        optim_file, param_file, resolve)
 
 __all__ = ["save", "load", "commit"]
 
@@ -63,23 +64,43 @@ def _owned(opt, b, names: dict, ranks) -> list[tuple[str, int, int, int]]:
     return out
 
 
-def _read_states(opt) -> list[list[torch.Tensor]]:
-    """[master, exp_avg, exp_avg_sq] of every bucket: the live tensors, or copies read from NVMe."""
+def _read_states(opt) -> list[dict[str, torch.Tensor]]:
+    """Every bucket's optimizer state by name: master, exp_avg, exp_avg_sq (the live tensors, or copies read
+    from NVMe); with a client optimizer the master and copies of that optimizer's per-element state."""
     off = opt.offload
+    if opt.client is not None:
+        return [{"master": b.partition.master,
+                 **{CLIENT + k: t for k, t in opt.client.flat_state(i, b.partition.numel).items()}}
+                for i, b in enumerate(opt.buckets)]
     if off is None or not off.nvme:
-        return [[b.partition.master, b.partition.exp_avg, b.partition.exp_avg_sq] for b in opt.buckets]
+        return [dict(zip(STATES, (b.partition.master, b.partition.exp_avg, b.partition.exp_avg_sq)))
+                for b in opt.buckets]
     where = {}
     for i, group in enumerate(off.sub_groups):
         buf = torch.empty(3 * off.swapper.numels[i])
         off.store.read(off.swapper.key(i), buf).result()
         views, at = buf.view(3, -1), 0
         for b in group:
-            where[id(b)] = [v[at:at + b.layout.shard_numel] for v in views]
+            where[id(b)] = dict(zip(STATES, (v[at:at + b.layout.shard_numel] for v in views)))
             at += b.layout.shard_numel
     return [where[id(b)] for b in opt.buckets]
 
 
-def _write_states(opt, states: list[list[torch.Tensor]]) -> None:
+def _client_states(reader: Reader) -> tuple[list[str], list[dict]]:
+    """A client optimizer's saved per-element state names, and per param group the values a whole tensor
+    shares, the first rank's that has them."""
+    keys, shared = set(), []
+    for r in range(reader.meta["world_size"]):
+        d = reader.load(optim_file(r))
+        keys |= {k for piece in d["pieces"].values() for k in piece if k.startswith(CLIENT)}
+        for i, values in enumerate(d.get("client_shared", [])):
+            if i == len(shared):
+                shared.append({})
+            shared[i] = shared[i] or values
+    return sorted(keys), shared
+
+
+def _write_states(opt, states: list[dict[str, torch.Tensor]]) -> None:
     """Make ``states`` (from ``_read_states``, edited in place) the optimizer's: NVMe commits a new version."""
     off = opt.offload
     if off is None or not off.nvme:
@@ -87,7 +108,7 @@ def _write_states(opt, states: list[list[torch.Tensor]]) -> None:
     of = dict(zip(map(id, opt.buckets), states))
     off.store.begin()
     for i, group in enumerate(off.sub_groups):
-        off.swapper.write_initial(i, [torch.cat([of[id(b)][k] for b in group]) for k in range(3)])
+        off.swapper.write_initial(i, [torch.cat([of[id(b)][k] for b in group]) for k in STATES])
     off.store.commit()
 
 
@@ -153,9 +174,11 @@ def _shard_files(opt, names: dict) -> dict[str, dict]:
     rank, pieces = opt.rank, {}
     for b, st in zip(opt.buckets, _read_states(opt)):
         for name, lo, hi, at in _owned(opt, b, names, [rank]):
-            pieces[name] = {"start": lo, **{k: _copy(t[at:at + hi - lo]) for k, t in zip(STATES, st)}}
+            pieces[name] = {"start": lo, **{k: _copy(t[at:at + hi - lo]) for k, t in st.items()}}
     rng = {"cpu": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if torch.cuda.is_available() else {})}
     files = {optim_file(rank): {"rank": rank, "pieces": pieces, "rng": rng}}
+    if opt.client is not None:  # the values a whole tensor shares (a step count), per param group
+        files[optim_file(rank)]["client_shared"] = opt.client.shared_state()
     if opt.stage == 3:
         pieces = {}
         for u in opt.units:
@@ -238,11 +261,25 @@ def _save_model_states(engine, path: str, client_state, sched) -> None:
         "adam": {"lr": adam.lr, "betas": tuple(adam.betas), "eps": adam.eps, "weight_decay": adam.weight_decay,
                  "adamw": adam.adamw},
         "param_group_lrs": [[g["lr"] for g in h.param_groups] for h in _lr_holders(engine)],
-        "param_groups": [{k: g[k] for k in HYPERPARAMETERS} for g in opt.param_groups],  # each group's own values
+        "param_groups": [_group_values(opt, g) for g in opt.param_groups],  # each group's own values
+        "optimizer": _optimizer_kind(opt),
         "optimizer_steps": opt.adam_steps, "optimizer_skipped_steps": opt.skipped_steps,
         "global_steps": getattr(engine, "global_steps", opt.adam_steps),
         "engine": {k: getattr(engine, k) for k in ("global_samples", "skipped_steps") if hasattr(engine, k)},
     }, path)
+
+
+def _optimizer_kind(opt) -> str:
+    return "Adam" if opt.client is None else opt.client.name
+
+
+def _group_values(opt, group: dict) -> dict:
+    """A param group's hyper-parameters: Adam's four, or every plain value of a client optimizer's group."""
+    if opt.client is None:
+        return {k: group[k] for k in HYPERPARAMETERS}
+    plain = (bool, int, float, str, type(None))
+    return {k: v for k, v in group.items() if k != "params" and (isinstance(v, plain) or (
+        isinstance(v, (tuple, list)) and all(isinstance(x, plain) for x in v)))}
 
 
 def _lr_holders(engine) -> list:
@@ -330,6 +367,10 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
     names, rank = _names(module), opt.rank
     states = reader.load(MODEL)
     saved_groups = len(states.get("param_groups", opt.param_groups))
+    saved_kind = states.get("optimizer", "Adam")
+    if load_optimizer_states and saved_kind != _optimizer_kind(opt):
+        raise CheckpointError(f"{path} holds {saved_kind}'s optimizer state, this engine steps {_optimizer_kind(opt)}: "
+                              "build it with the optimizer it was saved with (or load with load_optimizer_states=False)")
     if load_optimizer_states and saved_groups != len(opt.param_groups):
         raise CheckpointError(f"{path} was saved with {saved_groups} param groups, the optimizer has "
                               f"{len(opt.param_groups)}: build the engine with the groups it was saved with "
@@ -353,16 +394,23 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
             if k in buffers:
                 buffers[k].copy_(v)
         live = _read_states(opt)
-        for b, st in zip(opt.buckets, live):
+        client_keys, shared = _client_states(reader) if opt.client is not None and load_optimizer_states else ([], [])
+        for i, (b, st) in enumerate(zip(opt.buckets, live)):
             if load_optimizer_states:
+                if opt.client is not None:  # exactly the saved state: what this optimizer holds now is replaced
+                    st = live[i] = {"master": st["master"],
+                                    **{k: torch.zeros(b.partition.numel, dtype=torch.float32) for k in client_keys}}
                 for name, lo, hi, at in _owned(opt, b, names, range(opt.world_size) if opt.stage == 0 else [rank]):
-                    for k, t in zip(STATES, st):
+                    for k, t in st.items():
                         t[at:at + hi - lo] = reader.read(name, k, lo, hi)
             else:  # fresh moments stay; the master weights follow the loaded parameters
                 src = b.unit.device_part() if opt.stage == 3 else b.flat_param if opt.stage == 0 else b.shard(b.flat_param)
-                if st[0].data_ptr() != src.data_ptr():
-                    st[0].copy_(src)
+                if st["master"].data_ptr() != src.data_ptr():
+                    st["master"].copy_(src)
         _write_states(opt, live)
+        if opt.client is not None and load_optimizer_states:
+            for i, st in enumerate(live):
+                opt.client.load_state(i, {k[len(CLIENT):]: t for k, t in st.items() if k.startswith(CLIENT)}, shared)
     if load_optimizer_states:
         for k, v in states["adam"].items():
             setattr(opt.adam, k, tuple(v) if k == "betas" else v)

@@ -1,8 +1,9 @@
 """The parts of DeepSpeed's engine API that are not about training: a reader of the engine can skip this file.
 
 Refusals of DeepSpeed features zero_ref does not have (AutoTP, the inference engine), the command-line
-arguments, the client optimizer read as Adam(W) hyper-parameters, models built by DeepSpeed's own
-``zero.Init`` (transformers' ZeRO-3 path), and the engine's one-line accessors under DeepSpeed's names.
+arguments, the client optimizer (read as Adam(W) hyper-parameters, or stepped as itself), models built by
+DeepSpeed's own ``zero.Init`` (transformers' ZeRO-3 path), and the engine's one-line accessors under DeepSpeed's
+names.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import torch.nn as nn
 
 from zero_ref.config import ConfigError
 from zero_ref.ds.moe.layer import MoE
-from zero_ref.ds.ops.adam import DeepSpeedCPUAdam
 from zero_ref.optim import AdamConfig
 from zero_ref.stages.param_groups import HYPERPARAMETERS
 
@@ -97,9 +97,11 @@ def refuse_expert_parallel(model: nn.Module) -> None:
 
 
 def client_adam(module: nn.Module, cfg, optimizer, model_parameters,
-                verbose: bool) -> tuple[AdamConfig, list[dict] | None, object]:
+                verbose: bool) -> tuple[AdamConfig | None, list[dict] | None, object]:
     """Adam's hyper-parameters from the client optimizer or the config's optimizer section, and the
-    param groups (None: one group of every trainable parameter); ``verbose`` prints notes."""
+    param groups (None: one group of every trainable parameter); ``verbose`` prints notes. A client
+    optimizer that is not Adam(W) as zero_ref steps it (``adam_reading``) gives ``(None, None, optimizer)``:
+    the stage runs its own step on the partitions (``zero_ref.stages.client_optimizer``)."""
     trainable = [p for p in module.parameters() if p.requires_grad]
     groups = None
     if model_parameters is not None:
@@ -119,17 +121,13 @@ def client_adam(module: nn.Module, cfg, optimizer, model_parameters,
     if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
         optimizer = optimizer(model_parameters if model_parameters is not None else trainable)  # DeepSpeed's callable
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ConfigError("optimizer", f"optimizer= must be a torch.optim.Adam or AdamW (or a callable "
-                                       f"making one), got {type(optimizer).__name__}")
-    if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
-        allowed = (" zero_allow_untested_optimizer lets DeepSpeed try an untested optimizer; zero_ref has no "
-                   "other optimizer to run." if cfg.zero_allow_untested_optimizer else "")
-        raise ConfigError("optimizer", f"optimizer={type(optimizer).__name__} is not supported by zero_ref: its "
-                                       f"stages step Adam(W) on their partitions; use torch.optim.AdamW or an "
-                                       f"\"optimizer\" config section.{allowed}")
+        raise ConfigError("optimizer", f"optimizer= must be a torch.optim.Optimizer (or a callable making one), "
+                                       f"got {type(optimizer).__name__}")
+    check_tested(optimizer, cfg)
     off = cfg.zero_optimization.offload_optimizer
     if (off is not None and off.device != "none" and cfg.zero_force_ds_cpu_optimizer
-            and not isinstance(optimizer, DeepSpeedCPUAdam)):
+            and not any(f"{c.__module__}.{c.__qualname__}" in DEEPSPEED_CPU_OPTIMIZERS
+                        for c in type(optimizer).__mro__)):  # (an isinstance check, as DeepSpeed's)
         raise ConfigError("zero_force_ds_cpu_optimizer", "zero_force_ds_cpu_optimizer is true (the default) and "
                                                          "ZeRO-Offload got a client optimizer, which DeepSpeed "
                                                          "refuses too: set an \"optimizer\" config section instead, "
@@ -139,18 +137,84 @@ def client_adam(module: nn.Module, cfg, optimizer, model_parameters,
               "(as in DeepSpeed)")
     groups = optimizer.param_groups
     check_params(module, [p for g in groups for p in g["params"]], trainable, "the optimizer's parameters", verbose)
-    if any(g.get("amsgrad") or g.get("maximize") for g in groups):
-        raise ConfigError("optimizer", "optimizer: amsgrad / maximize are not supported by zero_ref")
-    # torch's Adam(decoupled_weight_decay=True) is AdamW (and AdamW is an Adam subclass): read the flag, not the class
-    decoupled = {g.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW)) for g in groups}
-    if len(decoupled) > 1:
-        raise ConfigError("optimizer", "optimizer: param groups mix decoupled_weight_decay=True and False; "
-                                       "zero_ref steps one Adam mode for all groups")
-    first = groups[0]
-    adam = AdamConfig(lr=float(first["lr"]), betas=tuple(first["betas"]), eps=first["eps"],
-                      weight_decay=first["weight_decay"], adamw=decoupled.pop())
+    adam = adam_reading(optimizer)
+    if adam is None:
+        return None, None, optimizer
     # each group keeps its own hyper-parameters; the stage steps it with them
     return adam, [{"params": g["params"], **{k: g[k] for k in HYPERPARAMETERS}} for g in groups], optimizer
+
+
+def _name(optimizer) -> str:
+    cls = type(optimizer)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# DeepSpeed 0.19.8's ZERO_SUPPORTED_OPTIMIZERS (runtime/zero/utils.py), matched by exact type as its
+# is_zero_supported_optimizer does (a subclass is untested), by name so that DeepSpeed need not be imported;
+# zero_ref.ds.ops' classes play DeepSpeed's.
+DEEPSPEED_ADAMS = {"deepspeed.ops.adam.fused_adam.FusedAdam", "deepspeed.ops.adam.cpu_adam.DeepSpeedCPUAdam"}
+DEEPSPEED_CPU_OPTIMIZERS = {"deepspeed.ops.adam.cpu_adam.DeepSpeedCPUAdam",
+                            "deepspeed.ops.lion.cpu_lion.DeepSpeedCPULion", "zero_ref.ds.ops.adam.DeepSpeedCPUAdam",
+                            "zero_ref.ds.ops.lion.DeepSpeedCPULion"}
+ZERO_TESTED = {
+    "torch.optim.adam.Adam", "torch.optim.adamw.AdamW", "torch.optim.adagrad.Adagrad", *DEEPSPEED_ADAMS,
+    "deepspeed.ops.adam.zenflow_cpu_adam.ZenFlowCPUAdam", "deepspeed.ops.adagrad.cpu_adagrad.DeepSpeedCPUAdagrad",
+    "deepspeed.ops.lion.cpu_lion.DeepSpeedCPULion", "deepspeed.ops.lion.fused_lion.FusedLion",
+    "apex.optimizers.fused_adam.FusedAdam", "deepspeed.runtime.zero.muon.muon_optimizer.MuonWithAuxAdam",
+    "zero_ref.ds.ops.adam.FusedAdam", "zero_ref.ds.ops.adam.DeepSpeedCPUAdam",
+    "zero_ref.ds.ops.adagrad.DeepSpeedCPUAdagrad", "zero_ref.ds.ops.lion.DeepSpeedCPULion",
+    "zero_ref.ds.ops.lion.FusedLion"}
+TESTED_NAMES = "Adam, AdamW, Adagrad, FusedAdam, DeepSpeedCPUAdam, DeepSpeedCPUAdagrad, DeepSpeedCPULion, FusedLion"
+
+
+def check_tested(optimizer: torch.optim.Optimizer, cfg) -> None:
+    """DeepSpeed's rule (runtime/engine.py, ``_do_optimizer_sanity_check``): at ZeRO 1-3 an optimizer off its
+    tested list needs ``"zero_allow_untested_optimizer": true``; stage 0 takes any torch optimizer."""
+    stage, name = cfg.zero_optimization.stage, type(optimizer).__name__
+    if _name(optimizer).endswith(".MuonWithAuxAdam"):
+        raise ConfigError("optimizer", "optimizer=MuonWithAuxAdam is not supported by zero_ref: Muon orthogonalises "
+                                       "whole matrices, which DeepSpeed's ZeRO optimizer handles apart; zero_ref's "
+                                       "partitions cut them. Use AdamW, or another optimizer that works per element")
+    if stage > 0 and _name(optimizer) not in ZERO_TESTED and not cfg.zero_allow_untested_optimizer:
+        raise ConfigError("zero_allow_untested_optimizer",
+                          f"optimizer={name} at ZeRO stage {stage}: You are using an untested ZeRO Optimizer. "
+                          "Please add <\"zero_allow_untested_optimizer\": true> in the configuration file to use it. "
+                          f"(DeepSpeed's message; its tested list: {TESTED_NAMES}, by exact class)")
+
+
+def _unwrapped(step):
+    """The function under torch's wrappers (each optimizer class's ``step`` gets a profiling hook when its first
+    instance is built): a subclass that does not define its own ``step`` runs Adam's."""
+    while hasattr(step, "__wrapped__"):
+        step = step.__wrapped__
+    return step
+
+
+def adam_reading(optimizer: torch.optim.Optimizer) -> AdamConfig | None:
+    """The optimizer as Adam(W) hyper-parameters, when zero_ref's own Adam step is its step (torch's Adam / AdamW
+    and zero_ref's or DeepSpeed's FusedAdam / DeepSpeedCPUAdam, bit for bit torch's AdamW arithmetic); None for any
+    other optimizer, or a variant zero_ref's Adam does not take (amsgrad, maximize, mixed decay modes): those run
+    their own step."""
+    groups = optimizer.param_groups
+    if _name(optimizer) in DEEPSPEED_ADAMS:  # DeepSpeed's kernels: adam_w_mode on the instance, per-group bias flag
+        if not all(g.get("bias_correction", True) for g in groups) or any(g.get("amsgrad") for g in groups):
+            raise ConfigError("optimizer", f"optimizer={type(optimizer).__name__}(bias_correction=False or "
+                                           "amsgrad=True) is not supported by zero_ref, whose Adam always corrects "
+                                           "the bias; use torch.optim.AdamW")
+        decoupled = {bool(optimizer.adam_w_mode)}
+    elif isinstance(optimizer, torch.optim.Adam) and \
+            _unwrapped(type(optimizer).step) is _unwrapped(torch.optim.Adam.step):
+        if any(g.get("amsgrad") or g.get("maximize") for g in groups):
+            return None
+        # torch's Adam(decoupled_weight_decay=True) is AdamW (and AdamW is an Adam subclass): read the flag
+        decoupled = {g.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW)) for g in groups}
+    else:
+        return None
+    if len(decoupled) > 1:
+        return None
+    first = groups[0]
+    return AdamConfig(lr=float(first["lr"]), betas=tuple(first["betas"]), eps=first["eps"],
+                      weight_decay=first["weight_decay"], adamw=decoupled.pop())
 
 
 def check_params(module: nn.Module, given, trainable, what: str, verbose: bool) -> None:
@@ -204,7 +268,8 @@ class Accessors:
         return [g["lr"] for g in self._lr_source.param_groups]
 
     def get_mom(self) -> list:
-        return [g["betas"] for g in self._lr_source.param_groups]
+        """Each group's betas; 0.0 for a group without (SGD), as DeepSpeed's ``_get_optimizer_param`` answers."""
+        return [g.get("betas", 0.0) for g in self._lr_source.param_groups]
 
     def get_global_grad_norm(self) -> float | None:
         return self.optimizer.last_grad_norm

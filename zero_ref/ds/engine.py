@@ -10,7 +10,9 @@
 DeepSpeed's keys and defaults, one clear error per problem), and composes the stage of
 ``zero_optimization.stage`` (``zero_ref.stages``) with its knobs, precision and offload. The optimizer is
 an ``"optimizer"`` section (Adam or AdamW) or a client ``torch.optim.Adam`` / ``AdamW`` whose
-hyper-parameters and param groups the stage steps on its own partitions (``compat.client_adam``).
+hyper-parameters and param groups the stage steps on its own partitions (``compat.client_adam``); any other
+client optimizer runs its own step there (ZeRO 1-3: DeepSpeed's tested list, or any with
+``zero_allow_untested_optimizer``).
 
 At ZeRO stages 1-3 a script may also call ``loss.backward()`` on what ``engine(...)`` returned
 (``torch_backward``). Several backwards before one ``step()`` train as one backward of their sum. A module
@@ -112,7 +114,8 @@ class Engine(TorchBackward, Accessors, nn.Module):
         # The stage's param_groups are torch's (one per group, each with its own lr, betas, eps and weight
         # decay, as DeepSpeed's optimizer takes them); schedules write the rate there and the step reads it.
         stage = ENGINE_STAGES[cfg.zero_optimization.stage]
-        self.optimizer = stage(model, param_groups=groups, **self.stage_kwargs(adam))
+        stepped = {} if adam is not None else {"optimizer": self.client_optimizer}  # its own step, on the partitions
+        self.optimizer = stage(model, param_groups=groups, **stepped, **self.stage_kwargs(adam))
         self._hook_parameters()
         self._lr_source = self.optimizer
         self.lr_scheduler = self._scheduler(lr_scheduler)

@@ -39,8 +39,18 @@ class Stage0Optimizer(DataParallel):
     def _mixed(self) -> bool:
         return self.precision != "fp32"
 
+    def _client_only(self) -> None:
+        if self._mixed():
+            raise NotImplementedError(f"optimizer.state_dict() with {self.client.name} in {self.precision}: DeepSpeed "
+                                      "wraps it in its FP16 optimizer there; zero_ref keeps that state in "
+                                      "engine.save_checkpoint(dir) / engine.load_checkpoint(dir), so use those")
+
     def state_dict(self) -> dict:
-        """The optimizer state in DeepSpeed's stage-0 shape (see the module docstring); tensors are copies."""
+        """The optimizer state in DeepSpeed's stage-0 shape (see the module docstring); tensors are copies. A
+        client optimizer that is not Adam: its own ``state_dict()`` (fp32; DeepSpeed returns it itself)."""
+        if self.client is not None:
+            self._client_only()
+            return self.client_optimizer.state_dict()
         masters = self._views("master")
         keys = [[masters[id(p)].detach().clone() if self._mixed() else p for p in g["params"]]
                 for g in self.param_groups]  # what the inner optimizer steps: the fp32 masters, or the parameters
@@ -67,6 +77,9 @@ class Stage0Optimizer(DataParallel):
         """Load what ``state_dict()`` returned (or torch's AdamW / DeepSpeed's stage-0 optimizer over the same
         parameters): moments, step, each group's hyper-parameters and, in bf16/fp16, the fp32 masters and the
         loss scale. torch's own ``load_state_dict`` checks the groups and sizes."""
+        if self.client is not None:
+            self._client_only()
+            return self.client_optimizer.load_state_dict(state_dict)
         mixed = self._mixed()
         if mixed != ("optimizer_state_dict" in state_dict):
             raise ValueError(f"load_state_dict: this optimizer trains in {self.precision}, which takes "

@@ -1,7 +1,8 @@
 """The ZeRO stages as plain building blocks, one short module each (chapters 3–5 read them).
 
-Beside them: ``partition`` (``Partition``: what rank r owns of a bucket, the one object every stage builds)
-and ``flat`` (the flat-buffer bookkeeping under every stage: which slice each rank owns). ZeRO-3 is a
+Beside them: ``partition`` (``Partition``: what rank r owns of a bucket, the one object every stage builds),
+``flat`` (the flat-buffer bookkeeping under every stage: which slice each rank owns) and ``client_optimizer``
+(a client's torch optimizer, SGD or any, stepped on the partitions instead of Adam). ZeRO-3 is a
 folder, ``zero3/``: its stage and the partitioned parameters (``Unit``, ``Init``, ``GatheredParameters``).
 DeepSpeed's ``deepspeed.zero`` is ``zero_ref.ds.zero``, which re-exports them.
 """

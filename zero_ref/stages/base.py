@@ -23,7 +23,9 @@ call it at the few places marked "offload".
 
 The Adam step on the partition is torch's arithmetic (``zero_ref.optim.adam_step_``: bit for bit
 ``torch.optim.AdamW``) unless ``adam_kernel`` names a fused kernel: ``"numba"`` on CPU ranks, ``"cuda"`` on
-GPUs, one pass over the partition as DeepSpeed's default FusedAdam makes (``zero_ref.kernels``).
+GPUs, one pass over the partition as DeepSpeed's default FusedAdam makes (``zero_ref.kernels``). Given a
+torch optimizer (``optimizer=``: SGD, Adagrad, a user's own), the stage runs that optimizer's own step on
+its partition instead, as DeepSpeed runs a client optimizer (``zero_ref.stages.client_optimizer``).
 
 The accumulation rule in one sentence (nanoGPT's ``require_backward_grad_sync``): gradients are
 reduced only in the backward of the last micro-step before a step, unless the stage keeps no full
@@ -58,6 +60,7 @@ from zero_ref import comm, offload
 from zero_ref.kernels import KERNELS, adam_update_
 from zero_ref.optim import AdamConfig
 from zero_ref.precision import PRECISIONS
+from zero_ref.stages.client_optimizer import PartitionedOptimizer, client_groups
 from zero_ref.stages.flat import FlatLayout
 from zero_ref.stages.param_groups import group_adam, param_groups_for, trainable_params
 from zero_ref.stages.partition import Partition
@@ -115,7 +118,7 @@ class ZeroOptimizerBase:
                  gradient_accumulation_steps: int = 1, gradient_clipping: float = 0.0, loss_scaler=None,
                  offload_optimizer: dict | None = None, offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", param_groups: list[dict] | None = None,
-                 adam_kernel: str = "torch"):
+                 adam_kernel: str = "torch", optimizer: torch.optim.Optimizer | None = None):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1:
@@ -130,7 +133,11 @@ class ZeroOptimizerBase:
             raise ValueError("precision='fp16' needs a loss_scaler (see zero_ref.precision)")
         self.module, self.group = module, group
         self.adam = adam or AdamConfig()  # the defaults; each group's own values are in param_groups
-        self.param_groups, self._group_of = param_groups_for(module, param_groups, self.adam)
+        # ``optimizer``: a torch optimizer whose own step runs on the partitions instead of Adam
+        # (zero_ref.stages.client_optimizer); its param groups are the stage's
+        self.client_optimizer, self.client = optimizer, None
+        self.param_groups, self._group_of = (param_groups_for(module, param_groups, self.adam) if optimizer is None
+                                             else client_groups(module, optimizer))
         self.precision, self.dtype = precision, PRECISIONS[precision]
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.overlap_comm = overlap_comm
@@ -149,10 +156,16 @@ class ZeroOptimizerBase:
         self.offload, self.param_offload = offload.make(
             self.stage, device=device, offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
             sub_group_size=sub_group_size, cpu_adam=cpu_adam, rank=self.rank, world_size=self.world_size)
+        if optimizer is not None and (self.offload is not None or self.param_offload is not None):
+            raise ValueError(f"offload_optimizer / offload_param with {type(optimizer).__name__} is not supported by "
+                             "zero_ref: its offload steps Adam on the host; use an Adam(W) optimizer "
+                             "(DeepSpeedCPUAdam) there, or train this optimizer without offload")
         self.buckets = self._build(module, reduce_bucket_size)
         for b in self.buckets:  # which span of this rank's optimizer state each group's hyper-parameters step
             labels = [self._group_of[id(p)] for p in b.params]
             b.adam_runs = b.layout.runs(labels, None if self.stage == 0 else self.rank)
+        if optimizer is not None:
+            self.client = PartitionedOptimizer(optimizer, self)
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[Bucket]:
@@ -185,15 +198,17 @@ class ZeroOptimizerBase:
         raise NotImplementedError
 
     def new_partition(self, b: Bucket, master: torch.Tensor, grad: bool) -> Partition:
-        """This rank's ``Partition`` of ``b`` around ``master``: zeroed Adam moments and, if ``grad``, a zeroed
-        gradient shard. With offload the offload decides where it lives (on the host, fp32 gradient included)."""
+        """This rank's ``Partition`` of ``b`` around ``master``: zeroed Adam moments (none for a client optimizer:
+        it keeps its own state) and, if ``grad``, a zeroed gradient shard. With offload the offload decides where
+        it lives (on the host, fp32 gradient included)."""
         start, end = (0, b.layout.padded_numel) if self.stage == 0 else b.layout.shard_range(self.rank)
         part = Partition(start, end, master, exp_avg=None, exp_avg_sq=None, grad=None)
         if self.offload is not None:
             self.offload.place(part)  # on the host
             return part
-        part.exp_avg = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
-        part.exp_avg_sq = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
+        if self.client_optimizer is None:
+            part.exp_avg = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
+            part.exp_avg_sq = torch.zeros(part.numel, dtype=torch.float32, device=master.device)
         if grad:
             part.grad = torch.zeros(part.numel, dtype=self.dtype, device=master.device)
         return part
@@ -414,6 +429,8 @@ class ZeroOptimizerBase:
                     self.adam_steps -= 1  # can go on from the previous state
                     self.clear_grads()
                 raise
+        elif self.client is not None:
+            self.client.step(grads)
         else:
             for b, g in zip(self.buckets, grads):
                 part = b.partition
@@ -472,4 +489,6 @@ class ZeroOptimizerBase:
             shared = b.flat_param.untyped_storage().data_ptr()  # fp32 training: the master is the parameters
             out["optimizer"] += [t for t in b.partition.optimizer_tensors()
                                  if t.untyped_storage().data_ptr() != shared]
+        if self.client is not None:
+            out["optimizer"] += self.client.state_tensors()
         return out

@@ -1,1 +1,2 @@
-"""DeepSpeed's ``deepspeed.ops`` names that training scripts construct: ``ops.adam`` (FusedAdam, DeepSpeedCPUAdam)."""
+"""DeepSpeed's ``deepspeed.ops`` names that training scripts construct: ``ops.adam`` (FusedAdam, DeepSpeedCPUAdam),
+``ops.adagrad`` (DeepSpeedCPUAdagrad) and ``ops.lion`` (FusedLion, DeepSpeedCPULion)."""

@@ -141,7 +141,8 @@ class ZeroStage3(ZeroOptimizerBase):
                  max_reuse_distance: int = 0, offload_optimizer: dict | None = None,
                  offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = (),
-                 param_groups: list[dict] | None = None, adam_kernel: str = "torch"):
+                 param_groups: list[dict] | None = None, adam_kernel: str = "torch",
+                 optimizer: torch.optim.Optimizer | None = None):
         # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
         # subtree, as FSDP's fully_shard per block does: fewer, larger collectives. Default: one unit per
         # module's own parameters, as DeepSpeed partitions.
@@ -161,7 +162,7 @@ class ZeroStage3(ZeroOptimizerBase):
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
                          offload_optimizer=offload_optimizer, offload_param=offload_param, aio=aio,
                          sub_group_size=sub_group_size, cpu_adam=cpu_adam, param_groups=param_groups,
-                         adam_kernel=adam_kernel)
+                         adam_kernel=adam_kernel, optimizer=optimizer)
         self.path = PathCheck(self.group, self.world_size, self.units[0].unit.device, self._run_like,
                               same=same_collective, explain=lambda did: different_paths(did, self._unit_names()))
 
@@ -453,6 +454,8 @@ class ZeroStage3(ZeroOptimizerBase):
         for b in self.buckets:
             out["grads"].append(b.partition.grad)
             out["optimizer"] += [t for t in b.partition.optimizer_tensors() if t is not b.unit.part]
+        if self.client is not None:
+            out["optimizer"] += self.client.state_tensors()
         return out
 
     def publish_params(self) -> None:
