@@ -37,6 +37,8 @@ RESOLVES = {
     "deepspeed.checkpoint.utils": ["clone_tensors_for_torch_save"],
     "deepspeed.checkpointing": ["checkpoint", "configure"],
     "deepspeed.ops.adam": ["FusedAdam", "DeepSpeedCPUAdam"],
+    "deepspeed.ops.adagrad": ["DeepSpeedCPUAdagrad"],
+    "deepspeed.ops.lion": ["FusedLion", "DeepSpeedCPULion"],
     "deepspeed.pipe": ["PipelineModule", "LayerSpec", "TiedLayerSpec"],
     "deepspeed.moe.layer": ["MoE"],
     "deepspeed.moe.utils": ["split_params_into_different_moe_groups_for_optimizer"],
@@ -56,7 +58,7 @@ FAILS = [
     ("from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF", "sequence_parallel"),
     ("from deepspeed.utils import groups", "groups"),
     ("from deepspeed.utils import set_z3_leaf_modules", "set_z3_leaf_modules"),
-    ("from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad", "adagrad"),
+    ("from deepspeed.ops.lamb import FusedLamb", "lamb"),
     ("from deepspeed.launcher.runner import DEEPSPEED_ENVIRONMENT_NAME", "DEEPSPEED_ENVIRONMENT_NAME"),
     ("from deepspeed.launcher.launch import main", "launch"),
 ]
