@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # real multi-rank jobs
 PIPELINE = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4, "gradient_clipping": 0.0,
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "torch_adam": True}},
             "zero_optimization": {"stage": 1}, "steps_per_print": 100}
-RUNS = 3  # before zero_ref.clean_exit, rank 0 aborted at exit in 6 of 20 runs here; now 0 of 40
+RUNS = 3  # measured on 2 CPU ranks: without zero_ref.clean_exit 7 of 20 runs aborted at exit, with it 0 of 40
 
 
 def workers_around_a_collective(rank, world):
