@@ -24,8 +24,8 @@ PACKAGE_ORDER = ("zero_ref", "sim", "course")
 WINGS = (
     ("floor", ("zero_ref.memory", "zero_ref.config", "zero_ref.parallel.topology",  # torch-free (test_project)
                "zero_ref.parallel.schedules")),
-    ("process", ("zero_ref.launcher", "zero_ref.launch_rank", "zero_ref.forkserver", "zero_ref.rng",
-                 "zero_ref.measure")),
+    ("process", ("zero_ref.launcher", "zero_ref.launch_rank", "zero_ref.forkserver", "zero_ref.clean_exit",
+                 "zero_ref.rng", "zero_ref.measure")),
     ("comm", ("zero_ref.comm", "zero_ref.parallel.groups", "zero_ref.diagnostics")),
     ("math", ("zero_ref.optim", "zero_ref.kernels", "zero_ref.precision", "zero_ref.collective_algorithms",
               "zero_ref.models.dropout")),

@@ -12,9 +12,9 @@ from importlib import import_module
 __version__ = "0.19.8"
 
 #: The wings and modules of the package, loaded on first use.
-MODULES = ("activation_checkpointing", "checkpoint", "collective_algorithms", "comm", "compression", "config",
-           "diagnostics", "ds", "forkserver", "kernels", "launch_rank", "launcher", "measure", "memory", "models",
-           "offload", "optim", "parallel", "precision", "profiling", "recipes", "rng", "stages")
+MODULES = ("activation_checkpointing", "checkpoint", "clean_exit", "collective_algorithms", "comm", "compression",
+           "config", "diagnostics", "ds", "forkserver", "kernels", "launch_rank", "launcher", "measure", "memory",
+           "models", "offload", "optim", "parallel", "precision", "profiling", "recipes", "rng", "stages")
 
 _LAZY = {
     "launch": ("zero_ref.launcher", "launch"),

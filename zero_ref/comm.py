@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from zero_ref import clean_exit  # noqa: F401  (at exit, waits for gloo's workers: see there)
+
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.SUM}  # avg = sum, then ÷ n (gloo has no AVG)
 # torch 2.13 names the one-buffer collectives *_single and deprecates *_tensor / *_into_tensor;

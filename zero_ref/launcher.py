@@ -15,10 +15,10 @@ free port chosen by the OS, so concurrent launches never collide) and watches th
   calls — fail the call naming them (``RankTimeout``);
 - either way every rank (and anything it started) is killed before the call returns.
 
-A rank counts as finished when it has *returned*: its result is written to a file before the
-process tears down. torch 2.13's gloo sometimes aborts in teardown after all work is done
-("terminate called without an active exception"); such a rank's result stands. A rank that dies
-before writing a result is always a failure, whatever its exit code.
+A rank counts as finished when it has *returned*: its result is written to a file, then it leaves the
+process group and exits with ``os._exit``, without interpreter finalization, where gloo's workers can
+abort a finished process (``zero_ref.clean_exit`` says why). A rank that dies before writing a result,
+or is killed by a signal after writing it (an abort in teardown), is a failure.
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def _watch(procs, workdir: str, timeout: float) -> None:
             _reap(procs)
             raise RankError(first[1], first[2], others=[r for _, r, _ in failed[1:]])
         if len(returned) == n:
-            _join_finished(procs)
+            _join_finished(procs, workdir)
             return
         if time.monotonic() > deadline:
             _reap(procs)
@@ -146,14 +146,20 @@ def _failures(procs, workdir: str) -> list[tuple[float, int, str]]:
     return sorted(out)
 
 
-def _join_finished(procs) -> None:
-    # Finished ranks are in teardown; an abort there does not undo a written result.
+def _join_finished(procs, workdir: str) -> None:
+    """Wait for the returned ranks to exit; one killed by a signal in teardown fails the call."""
     end = time.monotonic() + _TEARDOWN_GRACE_S
     for p in procs:
         try:
             p.wait(max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
+    for r, p in enumerate(procs):
+        if (p.poll() or 0) < 0:
+            _reap(procs)
+            raise RankError(r, f"the rank returned its result, then its process was killed by "
+                               f"{signal.Signals(-p.returncode).name} in teardown.\n"
+                               f"{_tail(rank_file(workdir, r, 'stderr'))}")
 
 
 def _reap(procs) -> None:

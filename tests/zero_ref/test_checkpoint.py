@@ -27,7 +27,7 @@ K = 3              # steps before the checkpoint, and after it
 CASES = {
     "stage0": (0, {}), "stage1": (1, {}), "stage2": (2, {}), "stage3": (3, {}),
     "stage2_fp16": (2, {"fp16": {"enabled": True, "initial_scale_power": 12, "loss_scale_window": 2}}),  # + scaler
-    "stage1_dropout": (1, {}),                          # each rank's random stream too (dropout masks)
+    "stage1_dropout": (1, {}),                          # each rank's random stream too (load_rng_state=True)
     "stage3_bf16": (3, {"bf16": {"enabled": True}}),    # fp32 masters apart from the 16-bit partitions
     "stage1_offload": (1, {"offload_optimizer": {"device": "cpu"}}),
     "stage3_nvme": (3, {"offload_optimizer": {"device": "nvme"}, "offload_param": {"device": "nvme"}}),  # Infinity
@@ -104,7 +104,7 @@ def save_and_resume(rank, world, root):
         a.save_checkpoint(d, client_state={"epoch": 1, "note": case})
         train(a, rank, world, K)
         b = make_engine(case, world, os.path.join(root, f"nvme_b{rank}"))
-        path, client = b.load_checkpoint(d)
+        path, client = b.load_checkpoint(d, load_rng_state=case.endswith("dropout"))
         assert path == os.path.join(d, f"global_step{K}") and client == {"epoch": 1, "note": case}
         assert (b.global_steps, b.global_samples, b.micro_steps) == (K, K * GLOBAL_BATCH, K)
         train(b, rank, world, K)

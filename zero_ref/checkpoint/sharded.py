@@ -7,8 +7,9 @@ A checkpoint is a folder ``<dir>/<tag>/``; ``<dir>/latest`` holds the newest tag
                                     which elements of which parameter, each file's size     (rank 0)
     model_states.pt                 client_state, counters, loss scaler, lr scheduler, Adam's settings,
                                     buffers; the full module state dict for stages 0-2    (rank 0)
-    optim_states_rank{r:03d}.pt     rank r's fp32 master weights, exp_avg, exp_avg_sq    (every rank)
-                                    (a client optimizer's per-element state instead of the moments)
+    optim_states_rank{r:03d}.pt     rank r's fp32 master weights, exp_avg, exp_avg_sq (a client optimizer's
+                                    per-element state instead of the moments), and its torch RNG state
+                                    (restored only with ``load_rng_state=True``)          (every rank)
     param_states_rank{r:03d}.pt     rank r's partition of the (16-bit) parameters        (stage 3)
 
 States are stored per *parameter* as ``{name: {"start": i, "master": t, ...}}``: the flat elements
@@ -352,9 +353,15 @@ def _check_model(meta: dict, module, path: str, optimizer_states: bool) -> None:
                                   "optimizer state (load with load_optimizer_states=False)")
 
 
-def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, load_lr_scheduler_states: bool = True):
+def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, load_lr_scheduler_states: bool = True,
+         load_rng_state: bool = False):
     """Load a checkpoint saved at any world size and stage; returns (path, client_state), or (None, None)
-    when ``tag`` is None and ``load_dir`` has no ``latest`` (DeepSpeed's return). Call it on every rank."""
+    when ``tag`` is None and ``load_dir`` has no ``latest`` (DeepSpeed's return). Call it on every rank.
+
+    The torch RNG is left as it is, as DeepSpeed's ``load_checkpoint`` leaves it (it saves none): after a
+    resume the script draws what it draws under DeepSpeed. ``load_rng_state=True`` restores the rank's
+    CPU (and CUDA) RNG state saved with the checkpoint, so dropout masks continue the saved stream; it
+    needs the world size the checkpoint was saved at (rank r's stream is rank r's)."""
     path = resolve(load_dir, tag)
     if path is None:
         if engine.optimizer.rank == 0:
@@ -364,6 +371,10 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
     reader = Reader(path)
     meta = reader.meta
     _check_model(meta, module, path, load_optimizer_states)
+    if load_rng_state and meta["world_size"] != engine.optimizer.world_size:
+        raise CheckpointError(f"load_rng_state=True: {path} holds the RNG states of {meta['world_size']} ranks, this "
+                              f"run has {engine.optimizer.world_size}; each rank's stream belongs to its rank, so "
+                              "load at the saved world size or without load_rng_state")
     names, rank = _names(module), opt.rank
     states = reader.load(MODEL)
     saved_groups = len(states.get("param_groups", opt.param_groups))
@@ -419,11 +430,11 @@ def load(engine, load_dir: str, tag=None, load_optimizer_states: bool = True, lo
         opt.adam_steps, opt.skipped_steps = states["optimizer_steps"], states["optimizer_skipped_steps"]
         if opt.loss_scaler is not None and states["loss_scaler"] is not None:
             opt.loss_scaler.load_state_dict(states["loss_scaler"])
-        if meta["world_size"] == opt.world_size:  # each rank's random stream (dropout) continues
-            rng = reader.load(optim_file(rank))["rng"]
-            torch.set_rng_state(rng["cpu"])
-            if "cuda" in rng and torch.cuda.is_available():
-                torch.cuda.set_rng_state(rng["cuda"])
+    if load_rng_state:  # this rank's random stream (dropout masks) continues where the save left it
+        rng = reader.load(optim_file(rank))["rng"]
+        torch.set_rng_state(rng["cpu"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng["cuda"])
     schedule = load_lr_scheduler_states and getattr(engine, "lr_scheduler", None) is not None and states["lr_scheduler"]
     if schedule:
         engine.lr_scheduler.load_state_dict(states["lr_scheduler"])

@@ -390,10 +390,13 @@ class Engine(TorchBackward, Accessors, nn.Module):
         return checkpoint.save(self, save_dir, tag, client_state, save_latest)
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict: bool = True, load_optimizer_states: bool = True,
-                        load_lr_scheduler_states: bool = True, load_module_only: bool = False, custom_load_fn=None):
-        """``(load_path, client_state)``. Delegates to ``zero_ref.checkpoint.load``; DeepSpeed's argument order."""
+                        load_lr_scheduler_states: bool = True, load_module_only: bool = False, custom_load_fn=None,
+                        load_rng_state: bool = False):
+        """``(load_path, client_state)``. Delegates to ``zero_ref.checkpoint.load``; DeepSpeed's argument order.
+        The torch RNG is left untouched, as by DeepSpeed; ``load_rng_state=True`` (zero_ref's own keyword)
+        restores each rank's saved RNG state, so dropout continues the saved stream."""
         if not load_module_strict or custom_load_fn is not None:
             raise ValueError("load_checkpoint: load_module_strict=False and custom_load_fn are not supported by zero_ref")
         if load_module_only:
             load_optimizer_states = load_lr_scheduler_states = False
-        return checkpoint.load(self, load_dir, tag, load_optimizer_states, load_lr_scheduler_states)
+        return checkpoint.load(self, load_dir, tag, load_optimizer_states, load_lr_scheduler_states, load_rng_state)
