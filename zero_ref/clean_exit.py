@@ -15,15 +15,21 @@ interpreter is still whole: it releases the GIL until every gloo worker is idle,
 timeout on its queue (read from ``/proc/self/task/*/syscall``; Linux), for at most ``timeout``
 seconds. It destroys no group (a script's own ``destroy_process_group`` still works, before or after)
 and does nothing in a process without gloo workers.
+
+Any script can have the wait, DeepSpeed's included (the tests run DeepSpeed's side of a comparison so):
+
+    torchrun --nproc_per_node=2 -m zero_ref.clean_exit train.py ARGS      (or: -m zero_ref.clean_exit -m package.module)
 """
 from __future__ import annotations
 
 import atexit
 import os
 import platform
+import runpy
+import sys
 import time
 
-__all__ = ["drain", "gloo_workers", "busy_workers"]
+__all__ = ["drain", "gloo_workers", "busy_workers", "run_as_main"]
 
 _TASKS = "/proc/self/task"
 _FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
@@ -75,4 +81,25 @@ def drain(timeout: float = 3.0, poll: float = 0.002) -> bool:
     return False
 
 
+def run_as_main(argv: list[str]) -> None:
+    """Run ``script.py args...`` or ``-m module args...`` as ``__main__``, as ``python`` would."""
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise SystemExit("-m needs a module name")
+        sys.argv = argv[1:]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        if not os.path.isfile(argv[0]):
+            raise SystemExit(f"no script {argv[0]!r}")
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
 atexit.register(drain)
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m zero_ref.clean_exit script.py ARGS | -m module ARGS")
+    run_as_main(sys.argv[1:])

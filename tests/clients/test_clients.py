@@ -1,5 +1,5 @@
-"""The DeepSpeed scripts of this folder on 2 CPU ranks, each run twice: by plain torchrun (DeepSpeed 0.19.8) and by
-``torchrun -m zero_ref.ds.run`` (zero_ref, the script unedited). Every number a script reports agrees: fp32 to
+"""The DeepSpeed scripts of this folder on 2 CPU ranks, each run twice: by torchrun with only
+zero_ref's exit wait (DeepSpeed 0.19.8; tests/helpers.py, PEER_RUN) and by ``torchrun -m zero_ref.ds.run`` (zero_ref, the script unedited). Every number a script reports agrees: fp32 to
 1e-6 relative, bf16 within one bf16 ulp of DeepSpeed's value; a resumed run (a fresh process loading the first
 run's checkpoint) reports what DeepSpeed's resumed run reports; both runs exit with status 0."""
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, torchrun_env
+from tests.helpers import PEER_RUN, ROOT, torchrun_env
 
 HERE = Path(__file__).parent
 
@@ -49,7 +49,7 @@ def run(script: str, args: list[str], engine: str, tmp_path: Path) -> dict:
         (tmp_path / f"{name}.json").write_text(json.dumps(cfg))
     args = [a.replace("{ckpt}", str(ckpt)) for a in args]
     args = [str(tmp_path / f"{a[5:-1]}.json") if a.startswith("{cfg:") else a for a in args]
-    launch = ["-m", "zero_ref.ds.run"] if engine == "zero_ref" else []
+    launch = ["-m", "zero_ref.ds.run"] if engine == "zero_ref" else PEER_RUN
     torchrun = Path(sys.executable).with_name("torchrun")
     out = subprocess.run([str(torchrun), "--nproc_per_node=2", *launch, str(HERE / script), *args], cwd=ROOT,
                          capture_output=True, text=True, timeout=400, env=torchrun_env(DS_ACCELERATOR="cpu"))

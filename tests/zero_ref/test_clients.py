@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, torchrun_env
+from tests.helpers import PEER_RUN, ROOT, torchrun_env
 
 CONFIGS = {
     "classifier": {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
@@ -26,7 +26,8 @@ def run(script: str, engine: str, tmp_path) -> dict:
     cfg = tmp_path / f"{script}.json"
     cfg.write_text(json.dumps(CONFIGS[script]))
     torchrun = Path(sys.executable).with_name("torchrun")
-    out = subprocess.run([str(torchrun), "--nproc_per_node=2", "-m", f"course.labs.clients.{script}", "--engine", engine,
+    out = subprocess.run([str(torchrun), "--nproc_per_node=2", *(PEER_RUN if engine == "deepspeed" else []), "-m",
+                          f"course.labs.clients.{script}", "--engine", engine,
                           "--deepspeed", "--deepspeed_config", str(cfg)], cwd=ROOT, capture_output=True, text=True,
                          timeout=300, env=torchrun_env(DS_ACCELERATOR="cpu"))
     lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]

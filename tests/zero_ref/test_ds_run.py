@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, free_port, torchrun_env
+from tests.helpers import PEER_RUN, ROOT, free_port, torchrun_env
 from zero_ref.ds.launcher import runner as launcher
 
 # What DeepSpeedExamples' training scripts, DeepSpeed-Chat, transformers 5.23 (integrations/deepspeed.py,
@@ -229,7 +229,7 @@ TRAINER = ROOT / "tests" / "clients" / "hf_trainer.py"
 def trainer(engine: str, stage: int, tmp_path: Path, *extra: str) -> dict:
     """tests/clients/hf_trainer.py on 2 CPU ranks: plain torchrun (DeepSpeed) or torchrun -m zero_ref.ds.run."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    run = ["-m", "zero_ref.ds.run"] if engine == "zero_ref" else []
+    run = ["-m", "zero_ref.ds.run"] if engine == "zero_ref" else PEER_RUN
     result, out_dir = tmp_path / f"{engine}.json", tmp_path / engine
     out = subprocess.run([str(torchrun), "--nproc_per_node=2", *run, str(TRAINER), "--stage", str(stage),
                           "--output_dir", str(out_dir), "--out", str(result), *extra], cwd=tmp_path,

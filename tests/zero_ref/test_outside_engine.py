@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 import zero_ref
-from tests.helpers import ROOT, torchrun_env
+from tests.helpers import PEER_RUN, ROOT, torchrun_env
 
 GAN = ROOT / "tests" / "clients" / "gan.py"
 WORLD, STEPS, BATCH, LR, BETA1, SEED = 2, 6, 8, 0.01, 0.5, 999  # gan.py's defaults
@@ -146,7 +146,7 @@ def test_reference_tells_the_cases_apart():
 def torchrun(engine: str, stage: int, tmp_path, *flags) -> subprocess.CompletedProcess:
     cfg = tmp_path / f"stage{stage}.json"
     cfg.write_text(json.dumps(config(stage)))
-    launcher = ["-m", "zero_ref.ds.run"] if engine == "zero_ref" else []
+    launcher = ["-m", "zero_ref.ds.run"] if engine == "zero_ref" else PEER_RUN
     cmd = [str(Path(sys.executable).with_name("torchrun")), f"--nproc_per_node={WORLD}", *launcher, str(GAN),
            "--deepspeed_config", str(cfg), *flags]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400,

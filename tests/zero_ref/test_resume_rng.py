@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import zero_ref
-from tests.helpers import ROOT, torchrun_env
+from tests.helpers import PEER_RUN, ROOT, torchrun_env
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # real multi-rank jobs
 SCRIPT = Path(__file__).with_name("resume_rng_script.py")
@@ -60,7 +60,7 @@ def test_load_leaves_the_rng_and_load_rng_state_restores_it(tmp_path):
 
 def run(engine: str, tmp_path) -> dict:
     torchrun = Path(sys.executable).with_name("torchrun")
-    out = subprocess.run([str(torchrun), "--nproc_per_node=2", str(SCRIPT), "--engine", engine, str(tmp_path / engine)],
+    out = subprocess.run([str(torchrun), "--nproc_per_node=2", *PEER_RUN, str(SCRIPT), "--engine", engine, str(tmp_path / engine)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env=torchrun_env(DS_ACCELERATOR="cpu", PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stderr[-3000:]

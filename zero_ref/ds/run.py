@@ -15,9 +15,9 @@ it. ``zero-ref`` (zero_ref.ds.launcher.runner) starts the ranks itself, as the `
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 
+from zero_ref.clean_exit import run_as_main
 from zero_ref.ds.alias import install
 
 __all__ = ["main", "run"]
@@ -27,24 +27,12 @@ def run(argv: list[str], local_rank_arg: bool = False) -> None:
     """Run ``argv`` (``script.py args...`` or ``-m module args...``) as ``__main__`` with the alias installed;
     with ``local_rank_arg``, ``--local_rank=LOCAL_RANK`` goes right after the script or module name."""
     install()
-    module = argv[0] == "-m"
-    if module:
-        argv = argv[1:]
-        if not argv:
-            raise SystemExit("zero_ref.ds.run: -m needs a module name")
-    if local_rank_arg:
-        argv = [argv[0], f"--local_rank={os.environ.get('LOCAL_RANK', 0)}", *argv[1:]]
-    if module:
-        sys.argv = argv
-        sys.path.insert(0, os.getcwd())
-        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
-    else:
-        script = argv[0]
-        if not os.path.isfile(script):
-            raise SystemExit(f"zero_ref.ds.run: no script {script!r}")
-        sys.argv = argv
-        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-        runpy.run_path(script, run_name="__main__")
+    if argv[0] == "-m" and len(argv) < 2:
+        raise SystemExit("zero_ref.ds.run: -m needs a module name")
+    if local_rank_arg:  # after the script (or the module name)
+        at = 2 if argv[0] == "-m" else 1
+        argv = [*argv[:at], f"--local_rank={os.environ.get('LOCAL_RANK', 0)}", *argv[at:]]
+    run_as_main(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
