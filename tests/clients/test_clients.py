@@ -1,7 +1,8 @@
-"""The DeepSpeed scripts of this folder on 2 CPU ranks, each run twice: by torchrun with only
-zero_ref's exit wait (DeepSpeed 0.19.8; tests/helpers.py, PEER_RUN) and by ``torchrun -m zero_ref.ds.run`` (zero_ref, the script unedited). Every number a script reports agrees: fp32 to
-1e-6 relative, bf16 within one bf16 ulp of DeepSpeed's value; a resumed run (a fresh process loading the first
-run's checkpoint) reports what DeepSpeed's resumed run reports; both runs exit with status 0."""
+"""The DeepSpeed scripts of this folder on 2 CPU ranks, each run twice: by torchrun with only zero_ref's exit wait
+(DeepSpeed 0.19.8; tests/helpers.py, PEER_RUN) and by ``torchrun -m zero_ref.ds.run`` (zero_ref, the script
+unedited). Every number a script reports agrees: fp32 to 1e-6 relative, bf16 within one bf16 ulp of DeepSpeed's
+value; a resumed run (a fresh process loading the first run's checkpoint) reports what DeepSpeed's resumed run
+reports; both runs exit with status 0."""
 import json
 import math
 import subprocess
