@@ -105,7 +105,7 @@ class Contention:
         """
         cm = CostModel(cluster, plan, costs)
         links = []
-        if share_ib and plan.pp > 1 and plan.dp > 1 and cm.links["dp"].kind == cm.links["pp"].kind == "ib":
+        if share_ib and plan.pp > 1 and plan.dp * plan.cp > 1 and cm.links["dp"].kind == cm.links["pp"].kind == "ib":
             links.append(SharedLink("ib", ("dp_comm", "pp_comm"), policy))
         if pcie is not None:
             links.append(SharedLink("pcie", ("h2d", "d2h"), pcie))
