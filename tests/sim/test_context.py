@@ -184,3 +184,14 @@ def test_cp_composes_with_zero3_pipelines_and_the_event_engine():
     assert all(b > 0 for b in lst.busy["cp_comm"])
     idle = sum(float(v.sum()) for v in lst.idle.values())
     assert idle == pytest.approx(float((lst.step_time - lst.busy["compute"]).sum()), rel=1e-9)
+
+
+def test_llama3_405b_cp16_row_is_simulated_held_out():
+    # Table 4's long-context row: 16,384 H100s, TP 8 × CP 16 × PP 16 × DP 8, 131,072 tokens; not in any fit
+    from sim.calibration import calibrate, published_hopper as hop
+    (run,) = hop.LLAMA3_405B_CP
+    assert run not in hop.HOPPER and run.dp == 8 and run.global_batch * run.seq == 2**24  # 16M tokens
+    plan = run.plan()
+    assert (plan.tp, plan.cp, plan.pp, plan.dp, plan.world_size) == (8, 16, 16, 8, 16384)
+    error = calibrate.predict(run, sim.Costs()) / run.measured_time - 1
+    assert abs(error) <= 0.20   # the issue's held-out bound (−12.8 % at the default constants)
