@@ -13,6 +13,7 @@ from sim.cost.context import context_cost, cp_ranks
 from sim.cost.cost_model import CostModel
 from sim.step.graph import STREAMS
 from sim.step.list_schedule import list_schedule
+from sim.views.trace import chrome_trace
 from zero_ref.memory import activation_bytes_per_layer
 from zero_ref.parallel.context import ring_bytes, ulysses_bytes
 from tests.sim.helpers import cluster
@@ -182,6 +183,9 @@ def test_cp_composes_with_zero3_pipelines_and_the_event_engine():
     lst, ev = (sim.simulate(GQA, c, plan, engine=e) for e in ("list", "events"))
     assert lst.step_time > 0 and ev.step_time >= lst.step_time * (1 - 1e-12)
     assert all(b > 0 for b in lst.busy["cp_comm"])
+    cp_thread = STREAMS.index("cp_comm") + 1
+    spans = [e for e in chrome_trace(lst)["traceEvents"] if e.get("ph") == "X" and e["tid"] == cp_thread]
+    assert spans and {e["pid"] for e in spans} == {0, 8}   # stage 1 starts at rank tp·cp·dp = 2·2·2
     idle = sum(float(v.sum()) for v in lst.idle.values())
     assert idle == pytest.approx(float((lst.step_time - lst.busy["compute"]).sum()), rel=1e-9)
 
