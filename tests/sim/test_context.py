@@ -199,3 +199,13 @@ def test_llama3_405b_cp16_row_is_simulated_held_out():
     assert (plan.tp, plan.cp, plan.pp, plan.dp, plan.world_size) == (8, 16, 16, 8, 16384)
     error = calibrate.predict(run, sim.Costs()) / run.measured_time - 1
     assert abs(error) <= 0.20   # the held-out bound (−12.8 % at the default constants)
+
+
+def test_cp_across_nodes_shares_the_nic_in_the_event_engine():
+    # TP 8 fills a node, so the cp ring and the dp·cp gradient reduce both leave it over InfiniBand
+    from sim.step.event_schedule import Contention
+    c, plan = cluster("H100-80GB", nodes=4), sim.Plan(tp=8, cp=2, dp=2, num_microbatches=2, attention="flash")
+    (link,) = Contention.for_plan(c, plan).links
+    assert link.streams == ("dp_comm", "cp_comm")
+    lst, ev = (sim.simulate(GQA, c, plan, engine=e) for e in ("list", "events"))
+    assert ev.step_time >= lst.step_time * (1 - 1e-12)
