@@ -87,7 +87,8 @@ class PublishedRun:
 
     def __post_init__(self):
         if self.gpus % (self.tp * self.pp * self.cp):
-            raise ValueError(f"{self.name}: {self.gpus} GPUs do not split into TP {self.tp} × PP {self.pp} × CP {self.cp}")
+            raise ValueError(f"{self.name}: {self.gpus} GPUs do not split into TP {self.tp} × PP {self.pp} "
+                             f"× CP {self.cp}")
         if self.global_batch % (self.dp * self.micro_batch):
             raise ValueError(f"{self.name}: batch {self.global_batch} is not DP {self.dp} × micro-batch "
                              f"{self.micro_batch} × a whole number of micro-batches")

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from zero_ref.memory import recipe
 from zero_ref.parallel.context import ring_bytes
 from sim.cost import context
-from sim.cost.flops import attention_core_flops, head_forward_flops, layer_backward_flops, layer_elementwise_bytes, layer_forward_flops
+from sim.cost.flops import (attention_core_flops, head_forward_flops, layer_backward_flops, layer_elementwise_bytes,
+                             layer_forward_flops)
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step.graph import TaskGraph
 from sim.step.pipeline import dependency, schedule_order
