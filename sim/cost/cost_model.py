@@ -1,9 +1,9 @@
 """How long work takes on one (cluster, plan): FLOPs → seconds on a roofline, bytes → seconds over
 the right link (the α-β formulas of sim.cost.collectives).
 
-ZeRO-3's data-parallel collectives across nodes reach only ``Costs.zero3_efficiency`` of the link's
-bandwidth (DeepSpeed's per-parameter gathers; sim.calibration explains the constant); inside a node
-they run as any other collective.
+DeepSpeed ZeRO-3's data-parallel collectives across nodes reach only ``Costs.zero3_efficiency`` of
+the link's bandwidth (its per-parameter gathers; sim.calibration explains the constant); inside a
+node they run as any other collective, and so do FSDP2's (one flat all-gather per unit).
 """
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ class CostModel:
         self.links: dict[str, Link] = {axis: group_link(group_ranks(axis, tp, dp, pp), cluster)
                                        for axis in ("tp", "dp", "world")}
         self.links["pp"] = p2p_link(tp, dp, cluster) if pp > 1 else Link("nvlink", cluster.nvlink_bw, 1, 1)
+        # HSDP (FSDP2 with dp_shard): shard groups of consecutive dp ranks, replica groups across them
+        dp_ranks, shard = group_ranks("dp", tp, dp, pp), plan.shard_group
+        self.links["dp_shard"] = group_link(dp_ranks[:shard], cluster)
+        self.links["dp_replica"] = group_link(dp_ranks[::shard], cluster)
         r = recipe(plan.precision)
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))
@@ -43,7 +47,8 @@ class CostModel:
         """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, across
         nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring)."""
         n, a, bw = self.link_params(axis)
-        if axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib":
+        if (axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib"
+                and self.plan.framework == "deepspeed"):
             bw *= self.costs.zero3_efficiency
         return n, a, bw
 

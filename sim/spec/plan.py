@@ -17,6 +17,8 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
 CP_KINDS = ("ring", "ulysses")
+FRAMEWORKS = ("deepspeed", "megatron", "fsdp2")  # whose collectives a plan's data parallelism issues
+REDUCE_DTYPES = ("fp32", "bf16")
 _DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
 
@@ -41,6 +43,17 @@ class Plan:
     'flash' (``python -m sim plan`` does). ``cp`` splits each sequence over a context-parallel
     group, ``cp_kind`` 'ring' (ring attention) or 'ulysses' (DeepSpeed-Ulysses); the world is
     tp × cp × pp × dp, and ``sim.cost.context`` prices it.
+
+    ``framework`` says whose data-parallel collectives the step issues (sim.step.lowering cites
+    each): 'deepspeed' (0.19.8: stages 1–2 all-reduce each gradient bucket, then all-gather the
+    parameters), 'megatron' (Megatron-Core: zero_stage 1 is its distributed optimizer, a
+    reduce-scatter of the gradients and an all-gather of the parameters) or 'fsdp2' (torch's
+    fully_shard, zero_stage 3: one unit per transformer layer). FSDP2 only: ``reshard_after_forward``
+    (False keeps a unit's gathered parameters from its forward to its backward: no backward
+    all-gathers, ZeRO-2-like traffic), ``reduce_dtype`` of the gradient reduce-scatter ('fp32', the
+    common torchtitan MixedPrecisionPolicy with bf16 parameters, or 'bf16'), and ``dp_shard``: 0
+    shards over the whole dp group; 1 < dp_shard < dp (dividing it) is HSDP, sharding within groups
+    of dp_shard ranks and replicating across dp // dp_shard of them.
     """
 
     zero_stage: int = 0
@@ -63,6 +76,10 @@ class Plan:
     attention: str = "eager"
     cp: int = 1
     cp_kind: str = "ring"
+    framework: str = "deepspeed"
+    reshard_after_forward: bool = True
+    dp_shard: int = 0
+    reduce_dtype: str = "fp32"
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -92,6 +109,45 @@ class Plan:
             raise ValueError("Plan.sequence_parallel needs tp > 1 (it splits along the tensor-parallel group)")
         if not isinstance(self.gradient_clipping, (int, float)) or self.gradient_clipping < 0:
             raise ValueError(f"Plan.gradient_clipping must be a number >= 0, got {self.gradient_clipping!r}")
+        self._check_framework()
+
+    def _check_framework(self):
+        """The framework's fields: each check names the field and what to use instead."""
+        one_of("Plan", "framework", self.framework, FRAMEWORKS)
+        one_of("Plan", "reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        if not isinstance(self.reshard_after_forward, bool):
+            raise ValueError(f"Plan.reshard_after_forward must be True or False, got {self.reshard_after_forward!r}")
+        if isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int) or self.dp_shard < 0:
+            raise ValueError(f"Plan.dp_shard must be 0 (shard over all of dp) or a divisor of Plan.dp, "
+                             f"got {self.dp_shard!r}")
+        fsdp = self.framework == "fsdp2"
+        for name, default in (("reshard_after_forward", True), ("dp_shard", 0), ("reduce_dtype", "fp32")):
+            if not fsdp and getattr(self, name) != default:
+                raise ValueError(f"Plan.{name} is an FSDP2 setting; it needs framework='fsdp2' "
+                                 f"(got framework={self.framework!r})")
+        if self.framework == "megatron" and self.zero_stage > 1:
+            raise ValueError(f"Plan.zero_stage={self.zero_stage} with framework='megatron': Megatron-Core's "
+                             "distributed optimizer shards the optimizer states only (zero_stage 1); use "
+                             "framework='deepspeed' for ZeRO-2/3 or 'fsdp2' to shard the parameters")
+        if fsdp and self.zero_stage != 3:
+            raise ValueError(f"Plan.zero_stage={self.zero_stage} with framework='fsdp2': fully_shard shards "
+                             "parameters, gradients and optimizer states, so FSDP2 plans use zero_stage=3")
+        if self.framework != "deepspeed" and (self.offload_optimizer, self.offload_param) != ("none", "none"):
+            raise ValueError(f"Plan.offload_optimizer/offload_param model DeepSpeed's ZeRO-Offload; "
+                             f"use framework='deepspeed' (got {self.framework!r})")
+        if self.dp_shard and (self.dp_shard in (1, self.dp) or self.dp % self.dp_shard):
+            raise ValueError(f"Plan.dp_shard={self.dp_shard} must divide Plan.dp={self.dp} with "
+                             f"1 < dp_shard < dp (HSDP), or be 0 to shard over the whole dp group")
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks the sharded model states are split over: dp, or dp_shard under HSDP."""
+        return self.dp_shard or self.dp
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the sharded states: dp // shard_group (1 unless HSDP)."""
+        return self.dp // self.shard_group
 
     @property
     def world_size(self) -> int:
