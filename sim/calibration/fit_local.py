@@ -156,10 +156,10 @@ def gpt_model(cfg: dict, name: str = "course-gpt") -> Model:
 
 
 def plan_for(step: dict) -> Plan:
-    """The sim.Plan of a measured zero_ref step: fp32, dp = world size, no overlap (zero_ref.profiling.profile runs
-    overlap_comm=False); stages 1–3 all-reduce the gradient norm (zero_ref always does), stage 0 does not."""
+    """The sim.Plan of a measured zero_ref step: zero_ref's collectives, fp32, dp = world size, no overlap
+    (zero_ref.profiling.profile runs overlap_comm=False); stages 1–3 all-reduce the gradient norm (zero_ref always does), stage 0 does not."""
     return Plan(zero_stage=step["stage"], dp=step["world_size"], micro_batch_size=step["micro_batch"],
-                num_microbatches=step["gas"], precision="fp32", overlap_comm=False,
+                num_microbatches=step["gas"], precision="fp32", overlap_comm=False, framework="zero_ref",
                 gradient_clipping=1.0 if step["stage"] >= 1 else 0.0)
 
 

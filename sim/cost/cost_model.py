@@ -3,7 +3,7 @@ the right link (the α-β formulas of sim.cost.collectives).
 
 DeepSpeed ZeRO-3's data-parallel collectives across nodes reach only ``Costs.zero3_efficiency`` of
 the link's bandwidth (its per-parameter gathers; sim.calibration explains the constant); inside a
-node they run as any other collective, and so do FSDP2's (one flat all-gather per unit).
+node they run as any other collective, and so do FSDP2's everywhere (one flat all-gather per unit).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class CostModel:
         nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring)."""
         n, a, bw = self.link_params(axis)
         if (axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib"
-                and self.plan.framework == "deepspeed"):
+                and self.plan.framework != "fsdp2"):
             bw *= self.costs.zero3_efficiency
         return n, a, bw
 

@@ -17,7 +17,8 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
 CP_KINDS = ("ring", "ulysses")
-FRAMEWORKS = ("deepspeed", "megatron", "fsdp2")  # whose collectives a plan's data parallelism issues
+# whose collectives a plan's data parallelism issues; 'zero_ref': the course's reference, the ZeRO paper's
+FRAMEWORKS = ("deepspeed", "megatron", "fsdp2", "zero_ref")
 REDUCE_DTYPES = ("fp32", "bf16")
 _DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
@@ -47,8 +48,9 @@ class Plan:
     ``framework`` says whose data-parallel collectives the step issues (sim.step.lowering cites
     each): 'deepspeed' (0.19.8: stages 1–2 all-reduce each gradient bucket, then all-gather the
     parameters), 'megatron' (Megatron-Core: zero_stage 1 is its distributed optimizer, a
-    reduce-scatter of the gradients and an all-gather of the parameters) or 'fsdp2' (torch's
-    fully_shard, zero_stage 3: one unit per transformer layer). FSDP2 only: ``reshard_after_forward``
+    reduce-scatter of the gradients and an all-gather of the parameters), 'fsdp2' (torch's
+    fully_shard, zero_stage 3: one unit per transformer layer) or 'zero_ref' (this course's
+    reference: the ZeRO paper's reduce-scatter at stages 1–3). FSDP2 only: ``reshard_after_forward``
     (False keeps a unit's gathered parameters from its forward to its backward: no backward
     all-gathers, ZeRO-2-like traffic), ``reduce_dtype`` of the gradient reduce-scatter ('fp32', the
     common torchtitan MixedPrecisionPolicy with bf16 parameters, or 'bf16'), and ``dp_shard``: 0

@@ -12,6 +12,8 @@ closed form):
                        stage 3     2 all-gathers + reduce-scatter per micro-step  3mΨ(n−1)/n
     megatron           stage 0     all-reduce                              2Ψ(n−1)/n
                        stage 1     reduce-scatter + all-gather (the ZeRO paper's) 2Ψ(n−1)/n
+    zero_ref           stages 1–3  the ZeRO paper's: reduce-scatter (per micro-step from stage 2)
+                                   + all-gather; stage 3 as DeepSpeed's
     fsdp2              reshard     2 all-gathers + reduce-scatter per micro-step  3mΨ(n−1)/n
                        no reshard  1 all-gather + reduce-scatter per micro-step   2mΨ(n−1)/n
                        HSDP        the same within the shard group (n = dp_shard), plus an
@@ -46,6 +48,7 @@ The sources (file and function of each framework):
   ``FSDPParamGroup.reshard``, which keeps the parameters gathered in the forward unless
   ``reshard_after_forward``, and ``post_backward`` reshards always. Gradients are reduced every
   micro-batch (FSDPModule.set_requires_gradient_sync(False) would defer them; not modelled).
+- zero_ref: zero_ref/stages (comm.reduce_scatter of each bucket, comm.all_gather after the step).
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ def grad_reduce(plan, params: float, grad_bytes: int) -> list[Collective]:
     if plan.framework == "deepspeed":
         op = "all_reduce" if plan.zero_stage in (1, 2) else "reduce_scatter"
         return [Collective(op, params * grad_bytes, "dp")]
-    if plan.framework == "megatron":
+    if plan.framework in ("megatron", "zero_ref"):
         return [Collective("reduce_scatter", params * grad_bytes, "dp")]
     nbytes = params * REDUCE_DTYPE_BYTES[plan.reduce_dtype]
     out = [Collective("reduce_scatter", nbytes, gather_axis(plan))]

@@ -207,7 +207,7 @@ class _Lowering:
         gathered = [None] * n_groups
         # FSDP2 prefetches the next unit in the backward too; without reshard it gathers nothing there
         gathers = self.gathers_params and (fwd or not frameworks.keeps_gathered(pl))
-        on_demand = gathers and not fwd and BACKWARD_GATHER == "on_demand" and pl.framework == "deepspeed"
+        on_demand = gathers and not fwd and BACKWARD_GATHER == "on_demand" and pl.framework != "fsdp2"
         if gathers:
             gathered[0] = self.gather(s, i, c, groups[0], self.prefetch_after(s, n0))
         # Without overlap_comm, DeepSpeed's ZeRO-2/3 reduce each micro-step's gradients on the compute
