@@ -65,3 +65,13 @@ def test_python_dash_m_sim_runs_the_planner():
     r = subprocess.run([sys.executable, "-m", "sim", "plan", "--model", "gpt3-125m", "--gpus", "64",
                         "--global-batch", "6"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("error: --global-batch 6") and r.stdout == ""
+
+
+def test_framework_option_plans_with_that_frameworks_collectives(capsys):
+    assert cli.main(["plan", "--model", "gpt3-1.3b", "--gpus", "16", "--top", "2", "--framework", "fsdp2"]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp2 settings" in out and "reshard_after_forward=" in out
+    assert all(" Z3 " in line and "fsdp2" in line for line in out.splitlines() if line[:2].strip().isdigit())
+    assert cli.main(["plan", "--model", "gpt3-1.3b", "--gpus", "16", "--framework", "megatron",
+                     "--write-config", "x.json"]) == 2
+    assert "--write-config writes a DeepSpeed config" in capsys.readouterr().err
