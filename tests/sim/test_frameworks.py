@@ -122,3 +122,12 @@ def test_memory_follows_the_framework():
 def test_bad_framework_fields_are_named(kw, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         sim.Plan(**kw)
+
+
+def test_only_deepspeed_plans_have_a_deepspeed_config():
+    with pytest.raises(ValueError, match="only a DeepSpeed plan has a DeepSpeed config"):
+        sim.Plan(zero_stage=3, dp=8, framework="fsdp2").to_deepspeed()
+    with pytest.raises(ValueError, match="from_deepspeed makes DeepSpeed plans"):
+        sim.Plan.from_deepspeed({"train_batch_size": 8, "zero_optimization": {"stage": 1}}, 8, framework="megatron")
+    plan = sim.Plan(zero_stage=1, dp=8, micro_batch_size=1)
+    assert sim.Plan.from_deepspeed(plan.to_deepspeed(), 8) == plan
