@@ -110,7 +110,8 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     params = model.num_params / (tp * p)                    # on one rank of one stage
     shard = params / plan.shard_group if plan.zero_stage >= 1 else params
     optimizer = d(Adam(shard, "gpu" if plan.offload_optimizer == "none" else "cpu"))
-    if frameworks.gathers_after_step(plan) and plan.dp > 1:  # the updated parameters are all-gathered after the update
+    if frameworks.gathers_after_step(plan) and plan.dp > 1 and not frameworks.gathers_in_next_forward(plan):
+        # the updated parameters are all-gathered after the update
         optimizer = max(optimizer, d(Collective("all_gather", params * pb, "dp")))
     bound = chain + optimizer
 

@@ -15,7 +15,7 @@ Three steps.
    stage); recomputation none / selective / full; sequence parallelism; offload options. By
    default only what DeepSpeed 0.19.8 runs, with its collectives: ZeRO-2 and ZeRO-3 only without
    pipeline parallelism. ``Space.framework`` 'megatron' plans Megatron-Core's (stages 0–1, its
-   distributed optimizer), 'fsdp2' torch's fully_shard (stage 3 with any pp, reshard after
+   distributed optimizer with overlap_param_gather), 'fsdp2' torch's fully_shard (stage 3 with any pp, reshard after
    forward or not), 'any' DeepSpeed's collectives with every stage and pp (sim.step.frameworks).
 2. Prune with the static memory model (sim.planning.bounds.memory_lower_bound: model states + the
    activations and buffers stage 0 provably holds). A plan whose *lower bound* exceeds the
@@ -182,7 +182,8 @@ def describe(plan: Plan) -> str:
     rc = {"none": "", "selective": " rc=sel", "full": " rc=full"}[plan.recompute]
     off = "" if plan.offload_optimizer == "none" else f" off={plan.offload_optimizer}"
     off += "" if plan.offload_param == "none" else f"+param:{plan.offload_param}"
-    fw = {"deepspeed": "", "zero_ref": " zero_ref", "megatron": " megatron",
+    fw = {"deepspeed": "", "zero_ref": " zero_ref",
+          "megatron": " megatron" + (" overlap-gather" if plan.overlap_param_gather else ""),
           "fsdp2": " fsdp2" + ("" if plan.reshard_after_forward else " keep")}[plan.framework]
     return (f"tp{plan.tp} pp{plan.pp} dp{plan.dp} Z{plan.zero_stage} mbs{plan.micro_batch_size} "
             f"m{plan.num_microbatches} {sched}{rc}{' sp' if plan.sequence_parallel else ''}{off}{fw}")
@@ -228,7 +229,8 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
                                       sequence_parallel=sp, precision=precision, offload_optimizer=off_opt,
                                       offload_param=off_par, gradient_clipping=space.gradient_clipping,
                                       attention=space.attention, framework=space.plan_framework,
-                                      reshard_after_forward=reshard))
+                                      reshard_after_forward=reshard,
+                                      overlap_param_gather=space.framework == "megatron" and zero == 1))
     return plans
 
 

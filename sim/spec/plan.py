@@ -55,7 +55,9 @@ class Plan:
     all-gathers, ZeRO-2-like traffic), ``reduce_dtype`` of the gradient reduce-scatter ('fp32', the
     common torchtitan MixedPrecisionPolicy with bf16 parameters, or 'bf16'), and ``dp_shard``: 0
     shards over the whole dp group; 1 < dp_shard < dp (dividing it) is HSDP, sharding within groups
-    of dp_shard ranks and replicating across dp // dp_shard of them.
+    of dp_shard ranks and replicating across dp // dp_shard of them. Megatron only:
+    ``overlap_param_gather`` (its DDP config's flag) all-gathers the updated parameters during the
+    next step's first forward, bucket by bucket, instead of at the end of the optimizer step.
     """
 
     zero_stage: int = 0
@@ -82,6 +84,7 @@ class Plan:
     reshard_after_forward: bool = True
     dp_shard: int = 0
     reduce_dtype: str = "fp32"
+    overlap_param_gather: bool = False
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -117,6 +120,11 @@ class Plan:
         """The framework's fields: each check names the field and what to use instead."""
         one_of("Plan", "framework", self.framework, FRAMEWORKS)
         one_of("Plan", "reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        if not isinstance(self.overlap_param_gather, bool):
+            raise ValueError(f"Plan.overlap_param_gather must be True or False, got {self.overlap_param_gather!r}")
+        if self.overlap_param_gather and (self.framework, self.zero_stage) != ("megatron", 1):
+            raise ValueError("Plan.overlap_param_gather is Megatron-Core's distributed-optimizer setting; it needs "
+                             f"framework='megatron' and zero_stage=1 (got {self.framework!r}, {self.zero_stage})")
         if not isinstance(self.reshard_after_forward, bool):
             raise ValueError(f"Plan.reshard_after_forward must be True or False, got {self.reshard_after_forward!r}")
         if isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int) or self.dp_shard < 0:

@@ -37,9 +37,10 @@ The sources (file and function of each framework):
 - Megatron-Core: megatron/core/distributed/param_and_grad_buffer.py
   ``_ParamAndGradBucketGroup.start_grad_sync`` (reduce-scatter of each bucket with
   ``use_distributed_optimizer``, else all-reduce; registered on the last micro-batch only,
-  ``register_grad_ready``) and ``start_param_sync`` (the parameter all-gather, synchronous after
-  ``optimizer/distrib_optimizer.py`` ``DistributedOptimizer``'s step unless
-  ``overlap_param_gather``, which is not modelled: the gather ends the step).
+  ``register_grad_ready``) and ``start_param_sync`` (the parameter all-gather: synchronous after
+  ``optimizer/distrib_optimizer.py`` ``DistributedOptimizer``'s step, or with
+  ``overlap_param_gather`` asynchronous, waited for by ``finish_param_sync`` in
+  distributed_data_parallel.py's forward pre-hook, which dispatches the next bucket's gather).
 - FSDP2 (torch 2.13): torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
   ``foreach_all_gather`` (one flat all-gather per unit, in FSDPParamGroup.unshard, the next unit
   prefetched: ``_fsdp_param_group.py`` ``FSDPParamGroup._prefetch_unshard`` /
@@ -82,6 +83,12 @@ def gathers_after_step(plan) -> bool:
     """Whether the updated parameters are all-gathered after the optimizer step (ZeRO-1/2 and
     Megatron's distributed optimizer; ZeRO-3 and FSDP2 gather before each use instead)."""
     return plan.zero_stage in (1, 2)
+
+
+def gathers_in_next_forward(plan) -> bool:
+    """Megatron's overlap_param_gather: the step's parameter all-gather runs during the next step's
+    first forward, bucket by bucket, each layer waiting for its own (in a steady state: this step's)."""
+    return plan.overlap_param_gather and plan.dp > 1
 
 
 def reduces_per_unit(plan) -> bool:

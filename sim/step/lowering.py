@@ -100,6 +100,7 @@ class _Lowering:
         self.stages, self.virtual, self.microbatches = stages, virtual, plan.num_microbatches
         self.gathers_params = plan.zero_stage == 3 and (plan.dp > 1 or plan.offload_param != "none")
         self.shard = plan.shard_group  # ranks the model states are sharded over (dp, or HSDP's dp_shard)
+        self.param_synced: set = set()  # (stage, chunk) whose parameters Megatron's overlapped gather delivered
         self.chunk_layers = layer_split(model.layers, stages * virtual)  # layers of virtual stage c·p + s
         nodes_per_group = 2 + (tp > 1) + 3 * self.gathers_params
         self.group_layers = _group_sizes(granularity, self.chunk_layers, 2 * stages * virtual * self.microbatches,
@@ -221,6 +222,9 @@ class _Lowering:
             # TP collectives block the compute stream (Megatron calls them synchronously inside the
             # layer), so an op's first group also waits for the previous op's last TP collective.
             blocking = g.last.get((s, "tp_comm")) if j == 0 and self.tp > 1 else None
+            if fwd and (s, c) not in self.param_synced and frameworks.gathers_in_next_forward(pl):
+                work = Collective("all_gather", group_params * self.param_bytes, "dp")
+                gathered[j] = g.add("param_gather", "dp_comm", s, work, (), i, c, grp)  # the stream chains them
             work = self.compute_work(fwd, layers, head=last_vs and grp == n_groups - 1)
             comp = self.compute(s, fwd, work, (prev, gathered[j], blocking, serial if j == 0 else None),
                                 i, c, grp, layers)
@@ -231,6 +235,8 @@ class _Lowering:
                 self.fill_bucket(buckets, s, i, c, grp, comp, prev, group_params, last=j == n_groups - 1)
         for params, _, waiting in buckets.closed:  # without overlap: after the whole backward
             self.reduce(s, i, c, groups[-1], params, prev, waiting)
+        if fwd:
+            self.param_synced.add((s, c))
         needs_send = self.stages > 1 and ((fwd and not last_vs) or (not fwd and vs > 0))
         if not needs_send:
             return prev
@@ -295,7 +301,7 @@ class _Lowering:
                 full = unit * min(per_chunk, total - first)            # parameters of the chunk on this rank
                 shard = full / self.shard if pl.zero_stage >= 1 else full  # the part this rank updates
                 u = self.update(s, k, shard, ready[s])
-                if frameworks.gathers_after_step(pl) and dp > 1:
+                if frameworks.gathers_after_step(pl) and dp > 1 and not frameworks.gathers_in_next_forward(pl):
                     work = Collective("all_gather", full * self.param_bytes, "dp")
                     g.add("param_gather", "dp_comm", s, work, (u,), group=k)
 

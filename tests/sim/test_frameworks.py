@@ -131,3 +131,21 @@ def test_only_deepspeed_plans_have_a_deepspeed_config():
         sim.Plan.from_deepspeed({"train_batch_size": 8, "zero_optimization": {"stage": 1}}, 8, framework="megatron")
     plan = sim.Plan(zero_stage=1, dp=8, micro_batch_size=1)
     assert sim.Plan.from_deepspeed(plan.to_deepspeed(), 8) == plan
+
+
+def test_megatrons_overlapped_param_gather_runs_in_the_next_forward():
+    def run(**kw):
+        plan = sim.Plan(zero_stage=1, dp=16, framework="megatron", num_microbatches=4, **kw)
+        return plan, sim.simulate(MODEL, TWO_NODES, plan)
+    plan, synced = run()
+    overlapped_plan, overlapped = run(overlap_param_gather=True)
+    assert sent(plan) == sent(overlapped_plan) == pytest.approx(2 * PSI * 15 / 16 * 2, rel=1e-9)
+    gathers = [e for e in overlapped.events if e.kind == "param_gather" and e.stage == 0]
+    forwards = [e for e in overlapped.events if e.kind == "forward" and e.stage == 0][:len(gathers)]
+    assert gathers[0].start == 0.0 and len(gathers) == MODEL.layers
+    assert all(f.start >= g.end for g, f in zip(gathers, forwards))   # each layer waits for its own
+    last = max(e.end for e in synced.events if e.kind == "optimizer")
+    assert max(e.end for e in synced.events if e.kind == "param_gather") > last  # else it ends the step
+    assert overlapped.step_time < synced.step_time
+    with pytest.raises(ValueError, match=r"Plan\.overlap_param_gather"):
+        sim.Plan(zero_stage=1, dp=8, overlap_param_gather=True)

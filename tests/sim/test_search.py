@@ -196,6 +196,8 @@ def test_bounds_never_exceed_the_simulation_for_each_framework(x):
     zero = {"fsdp2": 3, "megatron": min(x["zero"], 1)}.get(fw, x["zero"])
     extra = dict(dp_shard=x["shard"] if x["shard"] < x["dp"] else 0, reshard_after_forward=x["reshard"],
                  reduce_dtype=x["reduce"]) if fw == "fsdp2" else {}
+    if fw == "megatron" and zero == 1:
+        extra = {"overlap_param_gather": x["reshard"]}
     plan = sim.Plan(zero_stage=zero, tp=x["tp"], pp=x["pp"], dp=x["dp"], num_microbatches=x["k"] * x["pp"],
                     recompute=x["recompute"], framework=fw, **extra)
     world = plan.world_size
