@@ -5,7 +5,7 @@ tp, pp)`` on the GPU (dp: the ranks the states are sharded over, ``Plan.shard_gr
 tp·pp) across GPU / CPU / NVMe. The dynamic part comes from the task graph: activations of a
 micro-batch are allocated when its forward starts and freed when its backward ends, gathered
 ZeRO-3 parameters live from their all-gather to the end of the compute that uses them, unreduced
-gradient buckets from the backward to their reduce-scatter. Sorting every delta by time (frees
+gradient buckets from the backward to their reduction. Sorting every delta by time (frees
 before allocations at the same instant: a buffer freed as another is allocated is not held twice)
 and taking cumulative sums gives the timeline; its maxima are the peaks.
 
