@@ -39,7 +39,7 @@ module.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -164,8 +164,12 @@ def plan_for(step: dict) -> Plan:
 
 
 def work_totals(model: Model, plan: Plan) -> dict:
-    """What one rank's step holds, summed from the sim's task graph: GEMM FLOPs, element-wise bytes,
-    parameters Adam updates, and the collectives [(op, bytes, axis)] in order."""
+    """What one rank's zero_ref step holds, summed from the sim's task graph: GEMM FLOPs, element-wise
+    bytes, parameters Adam updates, and the collectives [(op, bytes, axis)] in order. The steps this
+    module fits on are zero_ref's, whose stages issue the ZeRO paper's collectives, so a plan with
+    DeepSpeed's (the default) is booked with zero_ref's (``Plan.framework`` 'zero_ref')."""
+    if plan.framework == "deepspeed":
+        plan = replace(plan, framework="zero_ref")
     g = build_graph(model, plan, granularity="layer")
     out = {"flops": 0.0, "elementwise_bytes": 0.0, "adam_params": 0.0, "collectives": []}
     for w in g.work:

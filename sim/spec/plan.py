@@ -189,7 +189,7 @@ class Plan:
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Plan field(s): {', '.join(sorted(unknown))}")
-        if overrides.get("framework", "deepspeed") != "deepspeed":
+        if overrides.get("framework", "deepspeed") in ("megatron", "fsdp2"):
             raise ValueError(f"from_deepspeed makes DeepSpeed plans; framework={overrides['framework']!r} "
                              "runs no DeepSpeed config (build that Plan directly)")
         cp = overrides.get("cp", 1)  # a context-parallel group shares its sequences: not a data-parallel axis
@@ -211,9 +211,9 @@ class Plan:
         sequence_parallel=..., schedule=..., virtual=..., attention=...) == plan``. NVMe offload writes ``nvme_path``;
         ``extra`` adds top-level sections (an "optimizer", "steps_per_print", ...).
         """
-        if self.framework != "deepspeed":
-            raise ValueError(f"Plan.framework={self.framework!r}: only a DeepSpeed plan has a DeepSpeed config "
-                             "(set framework='deepspeed' to write one)")
+        if self.framework in ("megatron", "fsdp2"):  # zero_ref reads DeepSpeed's configs
+            raise ValueError(f"Plan.framework={self.framework!r}: only a DeepSpeed (or zero_ref) plan has a "
+                             "DeepSpeed config (set framework='deepspeed' to write one)")
         precision = ALIASES.get(self.precision, self.precision)
         if precision not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"Plan.precision {self.precision!r} has no DeepSpeed config of its own "

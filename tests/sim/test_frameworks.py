@@ -125,7 +125,7 @@ def test_bad_framework_fields_are_named(kw, field):
 
 
 def test_only_deepspeed_plans_have_a_deepspeed_config():
-    with pytest.raises(ValueError, match="only a DeepSpeed plan has a DeepSpeed config"):
+    with pytest.raises(ValueError, match="only a DeepSpeed .or zero_ref. plan has a DeepSpeed config"):
         sim.Plan(zero_stage=3, dp=8, framework="fsdp2").to_deepspeed()
     with pytest.raises(ValueError, match="from_deepspeed makes DeepSpeed plans"):
         sim.Plan.from_deepspeed({"train_batch_size": 8, "zero_optimization": {"stage": 1}}, 8, framework="megatron")
@@ -149,3 +149,11 @@ def test_megatrons_overlapped_param_gather_runs_in_the_next_forward():
     assert overlapped.step_time < synced.step_time
     with pytest.raises(ValueError, match=r"Plan\.overlap_param_gather"):
         sim.Plan(zero_stage=1, dp=8, overlap_param_gather=True)
+
+
+def test_the_local_fit_books_zero_refs_collectives_for_its_steps():
+    """sim.calibration.fit_local times zero_ref's steps: the paper's reduce-scatter, whatever the plan's default."""
+    from sim.calibration.fit_local import work_totals
+    small = sim.Model("tiny", layers=2, hidden=64, heads=2, vocab=128, seq=16)
+    ops = {op for op, _, axis in work_totals(small, sim.Plan(zero_stage=1, dp=2, gradient_clipping=0.0))["collectives"]}
+    assert ops == {"reduce_scatter", "all_gather"}
