@@ -50,6 +50,13 @@ The sources (file and function of each framework):
   ``reshard_after_forward``, and ``post_backward`` reshards always. Gradients are reduced every
   micro-batch (FSDPModule.set_requires_gradient_sync(False) would defer them; not modelled).
 - zero_ref: zero_ref/stages (comm.reduce_scatter of each bucket, comm.all_gather after the step).
+
+Not modelled: DeepSpeed's stage 0 reduces after the backward (``allreduce_gradients`` runs in
+``_backward_epilogue``), here bucket by bucket during it as ``overlap_comm`` says; FSDP2 without
+reshard_after_forward under pipeline parallelism gathers each micro-batch's units once, in its
+forward, and holds them to its backward (FSDP2 re-gathers a unit a backward resharded); FSDP2's
+sharded states are fp32 parameters and gradients where zero_ref.memory's recipe books 16-bit ones
+and an fp32 master copy (the same 16 bytes per parameter over dp_shard).
 """
 from __future__ import annotations
 
