@@ -30,10 +30,8 @@ class CostModel:
         self.links: dict[str, Link] = {axis: group_link(group_ranks(axis, tp, dp, pp), cluster)
                                        for axis in ("tp", "dp", "world")}
         self.links["pp"] = p2p_link(tp, dp, cluster) if pp > 1 else Link("nvlink", cluster.nvlink_bw, 1, 1)
-        # HSDP (FSDP2 with dp_shard): shard groups of consecutive dp ranks, replica groups across them
-        dp_ranks, shard = group_ranks("dp", tp, dp, pp), plan.shard_group
-        self.links["dp_shard"] = group_link(dp_ranks[:shard], cluster)
-        self.links["dp_replica"] = group_link(dp_ranks[::shard], cluster)
+        for axis in ("dp_shard", "dp_replica"):  # HSDP's two levels (FSDP2 with dp_shard)
+            self.links[axis] = group_link(group_ranks(axis, tp, dp, pp, shard=plan.shard_group), cluster)
         r = recipe(plan.precision)
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))

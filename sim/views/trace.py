@@ -60,7 +60,8 @@ def chrome_trace(result) -> dict:
             op, amount, axis = work.op, work.nbytes, work.axis
             nccl, coll = _COLLECTIVE[op]
             algo = cm.all_reduce(amount, axis)[1].upper() if op == "all_reduce" else "RING"
-            ranks = [pid[s], pid[(s + 1) % pl.pp]] if op == "p2p" else group_ranks(axis, pl.tp, pl.dp, pl.pp, p=s)
+            ranks = ([pid[s], pid[(s + 1) % pl.pp]] if op == "p2p"
+                     else group_ranks(axis, pl.tp, pl.dp, pl.pp, p=s, shard=pl.shard_group))
             n, elems = len(ranks), int(amount // width)
             ev["name"] = ("ncclDevKernel_SendRecv" if op == "p2p" else f"ncclDevKernel_AllGather_{algo}_LL"
                           if op == "all_gather" else f"ncclDevKernel_{nccl}_Sum_{short}_{algo}_LL")

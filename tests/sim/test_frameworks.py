@@ -157,3 +157,13 @@ def test_the_local_fit_books_zero_refs_collectives_for_its_steps():
     small = sim.Model("tiny", layers=2, hidden=64, heads=2, vocab=128, seq=16)
     ops = {op for op, _, axis in work_totals(small, sim.Plan(zero_stage=1, dp=2, gradient_clipping=0.0))["collectives"]}
     assert ops == {"reduce_scatter", "all_gather"}
+
+
+def test_hsdp_groups_and_a_trace_of_them():
+    from sim.spec.topology import group_ranks
+    assert group_ranks("dp_shard", 2, 8, 1, d=5, shard=4) == [8, 10, 12, 14]   # dp ranks 4–7 of t = 0
+    assert group_ranks("dp_replica", 2, 8, 1, d=5, shard=4) == [2, 10]         # dp ranks 1 and 5
+    r = sim.simulate(MODEL, TWO_NODES, sim.Plan(zero_stage=3, dp=16, framework="fsdp2", dp_shard=8))
+    groups = {e["args"]["Process Group Name"]: e["args"]["Group size"]
+              for e in sim.chrome_trace(r)["traceEvents"] if "Process Group Name" in e.get("args", {})}
+    assert groups == {"dp_shard": 8, "dp_replica": 2, "world": 16}  # world: the gradient norm
