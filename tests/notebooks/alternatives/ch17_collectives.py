@@ -1,8 +1,26 @@
-"""Chapter 17: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
+"""Chapter 17: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG, MORE_WRONG
+must fail)."""
 
 RIGHT = {
-    # replay the ring's schedule chunk by chunk and add up what this rank sends
+    # one loop of 2(n − 1) steps over a list of chunk indices, a fresh receive buffer at each step
     "17.1": '''
+n, r = comm.get_world_size(), comm.get_rank()
+parts = list(torch.tensor_split(tensor.view(-1), n))
+schedule = [((r - k) % n, (r - k - 1) % n, True) for k in range(n - 1)]
+schedule += [((r + 1 - k) % n, (r - k) % n, False) for k in range(n - 1)]
+for out, into, reduce in schedule:
+    got = torch.empty_like(parts[into])
+    handles = [comm.isend(parts[out], dst=(r + 1) % n), comm.irecv(got, src=(r + n - 1) % n)]
+    for h in reversed(handles):
+        h.wait()
+    if reduce:
+        parts[into] += got
+    else:
+        parts[into].copy_(got)
+return tensor
+''',
+    # replay the ring's schedule chunk by chunk and add up what this rank sends
+    "17.2": '''
 if n == 1:
     return 0
 sizes = [numel // n + (c < numel % n) for c in range(n)]
@@ -14,7 +32,7 @@ return sent * itemsize
 
 WRONG = {
     # the tree's latency steps without the ceiling: log2(n) rounds on a non-power-of-two n
-    "17.2": '''
+    "17.3": '''
 latency_gap = (n - 1 - math.log2(n)) * alpha
 if tree_efficiency >= 1:
     return math.inf
@@ -23,10 +41,47 @@ if latency_gap <= 0:
 return latency_gap * bandwidth * n / ((n - 1) * (1 / tree_efficiency - 1))
 ''',
     # least squares on absolute errors: the large messages dominate the fit
-    "17.3": '''
+    "17.4": '''
 terms = np.array([alpha_beta_terms(s["op"], s["bytes"], s["group_size"]) for s in samples])
 t = np.array([s["seconds"] for s in samples])
 alpha, inv_bw = np.linalg.lstsq(terms, t, rcond=None)[0]
 return float(alpha), float(1 / inv_bw)
 ''',
 }
+
+MORE_WRONG = [
+    # a ring that passes whole buffers: the right sum, but (n − 1)·S bytes per rank instead of 2(n − 1)/n·S
+    {"17.1": '''
+n, r = comm.get_world_size(), comm.get_rank()
+passing, incoming = tensor.clone(), torch.empty_like(tensor)
+for _ in range(n - 1):
+    work = comm.isend(passing, dst=(r + 1) % n)
+    comm.irecv(incoming, src=(r - 1) % n).wait()
+    work.wait()
+    tensor += incoming
+    passing = incoming.clone()
+return tensor
+'''},
+    # the all-gather sends the chunk one step behind (r − k instead of r + 1 − k): stale partial sums spread
+    {"17.1": '''
+n, r = comm.get_world_size(), comm.get_rank()
+chunks = tensor.view(-1).tensor_split(n)
+buf = torch.empty_like(chunks[0])
+for k in range(n - 1):
+    send, recv = chunks[(r - k) % n], chunks[(r - k - 1) % n]
+    work = comm.isend(send, dst=(r + 1) % n)
+    comm.irecv(buf[:recv.numel()], src=(r - 1) % n).wait()
+    work.wait()
+    recv.add_(buf[:recv.numel()])
+for k in range(n - 1):
+    work = comm.isend(chunks[(r - k) % n], dst=(r + 1) % n)
+    comm.irecv(chunks[(r - k - 1) % n], src=(r - 1) % n).wait()
+    work.wait()
+return tensor
+'''},
+    # the library call the task replaces: refused while the check runs
+    {"17.1": '''
+comm.all_reduce(tensor)
+return tensor
+'''},
+]
