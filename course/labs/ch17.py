@@ -6,18 +6,20 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from zero_ref import comm
+from zero_ref import collective_algorithms, comm
 
 _COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "reduce_scatter", "all_gather_into_tensor", "all_gather",
                 "reduce", "broadcast", "all_to_all_single", "all_to_all", "gather", "scatter")
 _POINT_TO_POINT = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
+_LIBRARY_RINGS = ("ring_all_reduce_", "ring_reduce_scatter_", "ring_all_gather_", "_exchange")
 
 
 @contextmanager
 def point_to_point_only(peers: list):
-    """Inside the block torch.distributed's collectives raise (the ring is built from messages), and every
-    point-to-point call appends (kind, peer) to ``peers``."""
+    """Inside the block torch.distributed's collectives and the library's ring raise (the ring is built here from
+    messages), and every point-to-point call appends (kind, peer) to ``peers``."""
     saved = {name: getattr(dist, name) for name in (*_COLLECTIVES, *_POINT_TO_POINT)}
+    library = {name: getattr(collective_algorithms, name) for name in _LIBRARY_RINGS}
 
     def refuse(name):
         def call(*args, **kwargs):
@@ -36,10 +38,14 @@ def point_to_point_only(peers: list):
             setattr(dist, name, refuse(name))
         for name in _POINT_TO_POINT:
             setattr(dist, name, watch(name))
+        for name in _LIBRARY_RINGS:
+            setattr(collective_algorithms, name, refuse(f"collective_algorithms.{name}"))
         yield peers
     finally:
         for name, fn in saved.items():
             setattr(dist, name, fn)
+        for name, fn in library.items():
+            setattr(collective_algorithms, name, fn)
 
 
 def grade_ring(rank: int, world: int, ring_fn, sizes) -> dict:
