@@ -19,6 +19,18 @@ for out, into, reduce in schedule:
         parts[into].copy_(got)
 return tensor
 ''',
+    # the 2 × 2 normal equations of the relative fit, solved by hand
+    "17.4": '''
+saa = sab = sbb = sa = sb = 0.0
+for s in samples:
+    op = "all_reduce" if s["op"] in ("all_reduce", "reduce_scatter") else s["op"]
+    k, w = alpha_beta_terms(op, s["bytes"], s["group_size"])
+    x, y = k / s["seconds"], w / s["seconds"]
+    saa, sab, sbb, sa, sb = saa + x * x, sab + x * y, sbb + y * y, sa + x, sb + y
+det = saa * sbb - sab * sab
+alpha, inv_bw = (sa * sbb - sb * sab) / det, (saa * sb - sab * sa) / det
+return alpha, 1 / inv_bw
+''',
     # replay the ring's schedule chunk by chunk and add up what this rank sends
     "17.2": '''
 if n == 1:
@@ -40,9 +52,10 @@ if latency_gap <= 0:
     return 0.0
 return latency_gap * bandwidth * n / ((n - 1) * (1 / tree_efficiency - 1))
 ''',
-    # least squares on absolute errors: the large messages dominate the fit
+    # least squares on absolute errors (gloo's algorithms): the large messages dominate the fit
     "17.4": '''
-terms = np.array([alpha_beta_terms(s["op"], s["bytes"], s["group_size"]) for s in samples])
+ran = lambda op: "all_reduce" if op == "reduce_scatter" else op
+terms = np.array([alpha_beta_terms(ran(s["op"]), s["bytes"], s["group_size"]) for s in samples])
 t = np.array([s["seconds"] for s in samples])
 alpha, inv_bw = np.linalg.lstsq(terms, t, rcond=None)[0]
 return float(alpha), float(1 / inv_bw)
@@ -90,3 +103,9 @@ return tensor
 MORE_WRONG.append({"17.1": '''
 return ca.ring_all_reduce_(tensor)
 '''})
+
+# the ring model the library assumes: gloo's reduce-scatter timed as a ring reduce-scatter
+MORE_WRONG[0]["17.4"] = '''
+ring = fit_alpha_beta(samples)
+return ring.alpha, ring.bandwidth
+'''
