@@ -52,14 +52,6 @@ if latency_gap <= 0:
     return 0.0
 return latency_gap * bandwidth * n / ((n - 1) * (1 / tree_efficiency - 1))
 ''',
-    # least squares on absolute errors (gloo's algorithms): the large messages dominate the fit
-    "17.4": '''
-ran = lambda op: "all_reduce" if op == "reduce_scatter" else op
-terms = np.array([alpha_beta_terms(ran(s["op"]), s["bytes"], s["group_size"]) for s in samples])
-t = np.array([s["seconds"] for s in samples])
-alpha, inv_bw = np.linalg.lstsq(terms, t, rcond=None)[0]
-return float(alpha), float(1 / inv_bw)
-''',
 }
 
 MORE_WRONG = [
@@ -108,4 +100,18 @@ return ca.ring_all_reduce_(tensor)
 MORE_WRONG[0]["17.4"] = '''
 ring = fit_alpha_beta(samples)
 return ring.alpha, ring.bandwidth
+'''
+
+# least squares on absolute errors (gloo's algorithms): the large messages dominate the fit
+MORE_WRONG[1]["17.4"] = '''
+ran = lambda op: "all_reduce" if op == "reduce_scatter" else op
+terms = np.array([alpha_beta_terms(ran(s["op"]), s["bytes"], s["group_size"]) for s in samples])
+t = np.array([s["seconds"] for s in samples])
+alpha, inv_bw = np.linalg.lstsq(terms, t, rcond=None)[0]
+return float(alpha), float(1 / inv_bw)
+'''
+
+# every chunk taken to hold numel // n elements: wrong as soon as n does not divide the buffer
+MORE_WRONG[2]["17.2"] = '''
+return itemsize * 2 * (n - 1) * (numel // n)
 '''
