@@ -324,7 +324,7 @@ def _zb_3d(rank, world, runs):
 @pytest.mark.slow
 def test_zb_h1_with_data_and_tensor_parallelism():
     """ZB-H1 inside 3D on 4 ranks: pp = 2 × dp = 2 with ZeRO-1 (the gradients reduced after the schedule, as the
-    last op is a W), and pp = 2 × tp = 2 (the TP all-reduces of the backward run in B). Three AdamW steps within
+    last op is a W), and pp = 2 × tp = 2 (the TP all-reduces of the backward run in B). Three AdamW steps
     equal to 1F1B's 3D run to the bit, and within 1e-4 of one process on the whole batch (the bound and its reason:
     tests/zero_ref/test_three_d.py)."""
     for diff, same, sync, kinds in (r for rank in zero_ref.launch(_zb_3d, 4, [(1, 2), (2, 1)], timeout=240) for r in rank):
