@@ -134,3 +134,26 @@ def test_zb_h1_holds_activations_until_w(p, m):
             held += (kind == "F") - (kind == "W")
             peak = max(peak, held)
         assert peaks["zb-h1"][s] == pytest.approx(peak * per_mb) and peak <= min(p, m)
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 4), m=st.sampled_from([1, 2, 3, 4, 8]), tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2]),
+       zero=st.integers(0, 1), recompute=st.sampled_from(["none", "selective", "full"]), per_stage=st.integers(1, 2),
+       free=st.booleans())
+def test_search_bounds_hold_for_zb_h1(p, m, tp, dp, zero, recompute, per_stage, free):
+    """The plan search's step-time lower bound stays below the simulated ZB-H1 step (its W passes may trail the
+    last B's travel back to stage 0), and a search that opts in ranks ZB-H1 plans."""
+    from sim.planning.bounds import time_lower_bound
+    model = sim.Model("tiny", layers=p * per_stage, hidden=512, heads=8, vocab=2000, seq=256)
+    plan = sim.Plan(zero_stage=zero, tp=tp, pp=p, dp=dp, num_microbatches=m, schedule="zb-h1", recompute=recompute)
+    gpus = cluster("H100-80GB", plan.world_size, gpus_per_node=1)
+    costs = FREE if free else None
+    assert time_lower_bound(model, gpus, plan, costs) <= sim.simulate(model, gpus, plan, costs).step_time * (1 + 1e-9)
+
+
+def test_search_ranks_zb_h1_when_asked():
+    from sim.planning.search import Space, search
+    space = Space(tp=(1,), pp=(4,), zero_stages=(1,), micro_batch_sizes=(2,), schedules=("1f1b", "zb-h1"),
+                  recompute=("none",), offload=(("none", "none"),))
+    rows = search(sim.MODELS["gpt3-1.3b"], cluster("H100-80GB", 8), 64, space, top=5).rows
+    assert [r.plan.schedule for r in rows] == ["zb-h1", "1f1b"] and rows[0].step_time < rows[1].step_time
