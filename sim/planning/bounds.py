@@ -17,9 +17,9 @@ start its first forward before stages 0 … s−1 have each run one chunk forwar
 collectives and the send), then runs all its forwards and backwards one after another (compute
 and blocking TP collectives form one chain), and its last backward must then travel back
 through stages s−1 … 0 (ZB-H1: only its input-gradient pass B travels, and up to min(s, m) + 1 of
-stage s's weight-gradient passes W may run after its last B); then stage 0 runs its optimizer step (ZeRO-1/2: and all-gathers the
-updated parameters). Streams that run one task at a time give further bounds, the sum of their
-tasks: the DP stream (ZeRO-2/3 reduce-scatters every backward, ZeRO-3 gathers every layer
+stage s's weight-gradient passes W may run after its last B); then stage 0 runs its optimizer step
+(ZeRO-1/2: and all-gathers the updated parameters). Streams that run one task at a time give
+further bounds, the sum of their tasks: the DP stream (ZeRO-2/3 reduce-scatters every backward, ZeRO-3 gathers every layer
 group twice per micro-batch), parameter copies from the host or NVMe.
 tests/sim/test_search.py checks both bounds against the simulator on random plans.
 """

@@ -45,7 +45,7 @@ def bubble_overhead(stages: int, microbatches: int, virtual: int = 1) -> float:
 
 
 def zb_h1_bubble(stages: int, microbatches: int, t_f: float, t_b: float, t_w: float) -> float:
-    """ZB-H1's idle share of the step: (p − 1)(t_f + t_b − t_w) / (m(t_f + t_b + t_w) + (p − 1)(t_f + t_b − t_w)).
+    """ZB-H1's idle share of the step: idle / (m(t_f + t_b + t_w) + idle), idle = (p − 1)(t_f + t_b − t_w).
 
     Qi et al.'s closed form, exact on the free-communication timeline when m ≥ p and t_w ≤ t_f ≤ t_b
     (a W then always fits in the gap it fills; tests/sim/test_pipeline.py checks where it holds)."""
@@ -59,7 +59,7 @@ def zb_h1_bubble(stages: int, microbatches: int, t_f: float, t_b: float, t_w: fl
 
 @dataclass(frozen=True)
 class Slot:
-    """One unit of work on one stage: ``kind`` 'F', 'B' or 'W' of ``microbatch`` (model ``chunk``) from ``start`` to ``end``."""
+    """One op on one stage: ``kind`` 'F', 'B' or 'W' of ``microbatch`` (model ``chunk``), ``start`` to ``end``."""
 
     stage: int
     kind: str

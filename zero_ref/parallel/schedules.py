@@ -2,8 +2,9 @@
 
 GPipe, 1F1B, interleaved 1F1B and zero-bubble ZB-H1 written as explicit phases (warm-up, steady
 state, cool-down) with their counts computed up front. Ops are F (forward), B (backward; in ZB-H1 only
-the input gradient) and W (ZB-H1's weight-gradient pass, Qi et al. 2023, arXiv 2401.10241). One home for both users: the real pipeline on ranks
-(zero_ref.parallel.pipeline) runs these orders, and the simulator (sim.pipeline) times them.
+the input gradient) and W (ZB-H1's weight-gradient pass, Qi et al. 2023, arXiv 2401.10241). One home
+for both users: the real pipeline on ranks (zero_ref.parallel.pipeline) runs these orders, and the
+simulator (sim.pipeline) times them.
 """
 from __future__ import annotations
 
