@@ -48,11 +48,16 @@ def zb_h1_bubble(stages: int, microbatches: int, t_f: float, t_b: float, t_w: fl
     """ZB-H1's idle share of the step: idle / (m(t_f + t_b + t_w) + idle), idle = (p − 1)(t_f + t_b − t_w).
 
     Qi et al.'s closed form, exact on the free-communication timeline when m ≥ p and t_w ≤ t_f ≤ t_b
-    (a W then always fits in the gap it fills; tests/sim/test_pipeline.py checks where it holds)."""
+    (a W then always fits in the gap it fills; tests/sim/test_pipeline.py checks where it holds).
+    Outside those conditions it is a ValueError: ``pipeline_timeline(..., 'zb-h1', t_w=...)`` times any case."""
     _check(stages, microbatches)
     for name, t in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w)):
         if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
             raise ValueError(f"{name} must be a non-negative number of seconds, got {t!r}")
+    if microbatches < stages or not t_w <= t_f <= t_b:
+        raise ValueError(f"ZB-H1's closed form needs m ≥ p and t_w ≤ t_f ≤ t_b, got p={stages}, m={microbatches}, "
+                         f"t_f={t_f:.3g}, t_b={t_b:.3g}, t_w={t_w:.3g}; time this case with "
+                         "sim.pipeline_timeline(p, m, 'zb-h1', t_f, t_b, t_w=t_w)")
     idle = (stages - 1) * (t_f + t_b - t_w)
     return idle / (microbatches * (t_f + t_b + t_w) + idle)
 

@@ -74,6 +74,9 @@ def test_zb_h1_closed_form_outside_its_conditions():
     assert sim.zb_h1_bubble(4, 8, 1, 1, 1) == pytest.approx(3 / 27)  # idle 3 where 1F1B's is 9 (of 33)
     with pytest.raises(ValueError, match="t_w must be a non-negative number"):
         sim.zb_h1_bubble(4, 8, 1.0, 1.0, -1.0)
+    for p, m, t_f, t_b, t_w in ((2, 4, 1, 3, 2), (4, 2, 1, 1, 1), (4, 8, 2, 1, 1)):
+        with pytest.raises(ValueError, match="closed form needs m ≥ p and t_w ≤ t_f ≤ t_b"):
+            sim.zb_h1_bubble(p, m, t_f, t_b, t_w)
 
 
 FREE = sim.Costs.compute_only(efficiency=0.5)

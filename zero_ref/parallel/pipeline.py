@@ -12,12 +12,12 @@ only the input gradient, the weight gradient following later as W, see ``zero_bu
 Activations go forward and their gradients backward with real point-to-point sends
 (``zero_ref.comm``). Sends never block (``isend``), so a rank only waits in a receive, for an
 input its schedule needs next; the schedules are ordered so those waits always end. Each rank
-times its compute (``perf_counter`` around every F and B); the rest of the step is its share of
+times its compute (``perf_counter`` around every F, B and W); the rest of the step is its share of
 the bubble, and ``measured_bubble`` puts the stages together.
 
 Gradients accumulate over the m micro-batches; a data-parallel optimizer (a ``zero_ref.stages``
 stage with ``gradient_accumulation_steps=1``) reduces them *during the last backward* of the
-step (picotron's placement). With tied embeddings the first and last stages each hold a copy of
+step (picotron's placement; ZB-H1 after the schedule). With tied embeddings the first and last stages each hold a copy of
 the word embedding; their gradients are summed between the two stages first, and only then
 reduced over data-parallel ranks (DeepSpeed's ReduceTiedGrads, then ReduceGrads).
 """
@@ -205,7 +205,7 @@ class Pipeline:
         stats = StepStats(self.stage, start=time.perf_counter())
         stash, live, pending_w = {}, 0, {}
         split = self.schedule == "zb-h1"  # B: input gradients only; W: weight gradients
-        # (ZB-H1 reduces after the schedule: its last op is a W, whose gradients torch's pass writes to .grad)
+        # ZB-H1 reduces after the schedule: torch's W pass sets .grad directly, past the optimizer's gradient hooks
         sync_in_backward = optimizer is not None and self.tied is None and not split
         for n, (kind, i, c) in enumerate(self.order):
             vs = self._vs(c)
