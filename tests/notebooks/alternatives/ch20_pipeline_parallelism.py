@@ -74,16 +74,6 @@ if schedule == "1f1b":
     return p - s
 return 2 * (p - s - 1) + (v - 1) * p + 1
 ''',
-    # runs every W right after its B: no W left for the cool-down, so the bubble is 1F1B's
-    "20.4": '''
-warmup = min(p - s - 1, m)
-ops = [("F", i, 0) for i in range(warmup)]
-for k in range(m):
-    if warmup + k < m:
-        ops.append(("F", warmup + k, 0))
-    ops += [("B", k, 0), ("W", k, 0)]
-return ops
-''',
 }
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
@@ -162,6 +152,16 @@ for i in reversed(range(m)):
 for work, _ in sends:
     work.wait()
 return losses
+'''},
+    # runs every W right after its B: no W left for the cool-down, so the bubble is 1F1B's
+    {"20.4": '''
+warmup = min(p - s - 1, m)
+ops = [("F", i, 0) for i in range(warmup)]
+for k in range(m):
+    if warmup + k < m:
+        ops.append(("F", warmup + k, 0))
+    ops += [("B", k, 0), ("W", k, 0)]
+return ops
 '''},
     # defers the W's on the wrong stages: p − 1 − s of them (stage 0 most), where the cool-down has no room
     {"20.4": '''
