@@ -82,10 +82,13 @@ class PublishedRun:
     attention: str = "eager"
     pipeline_layers: int | None = None
     assumptions: str = ""
+    cp: int = 1              # context parallelism (Plan.cp, Plan.cp_kind)
+    cp_kind: str = "ring"
 
     def __post_init__(self):
-        if self.gpus % (self.tp * self.pp):
-            raise ValueError(f"{self.name}: {self.gpus} GPUs do not split into TP {self.tp} × PP {self.pp}")
+        if self.gpus % (self.tp * self.pp * self.cp):
+            raise ValueError(f"{self.name}: {self.gpus} GPUs do not split into TP {self.tp} × PP {self.pp} "
+                             f"× CP {self.cp}")
         if self.global_batch % (self.dp * self.micro_batch):
             raise ValueError(f"{self.name}: batch {self.global_batch} is not DP {self.dp} × micro-batch "
                              f"{self.micro_batch} × a whole number of micro-batches")
@@ -98,7 +101,7 @@ class PublishedRun:
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def num_microbatches(self) -> int:
@@ -130,7 +133,7 @@ class PublishedRun:
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision=self.precision,
                     offload_optimizer=self.offload_optimizer, overlap_comm=self.overlap_dp or deepspeed,
                     reduce_bucket_size=12_500_000 if self.overlap_dp and not deepspeed else 500_000_000,
-                    gradient_clipping=1.0, attention=self.attention)
+                    gradient_clipping=1.0, attention=self.attention, cp=self.cp, cp_kind=self.cp_kind)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""

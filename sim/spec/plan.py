@@ -41,7 +41,8 @@ class Plan:
     (Megatron-LM and DeepSpeed, 2020–2022) materialised the scores; plans for today's runs say
     'flash' (``python -m sim plan`` does). ``cp`` splits each sequence over a context-parallel
     group, ``cp_kind`` 'ring' (ring attention) or 'ulysses' (DeepSpeed-Ulysses); the world is
-    tp × cp × pp × dp, and ``sim.cost.context`` prices it.
+    tp × cp × pp × dp, the cp group holding the same parameters as its dp group (gradients and
+    ZeRO span dp·cp ranks); ``sim.simulate`` schedules its traffic (sim.step.lowering).
     """
 
     zero_stage: int = 0
@@ -138,7 +139,7 @@ class Plan:
         the accumulation steps being the pipeline's micro-batches), bf16/fp16, zero_optimization
         and gradient_clipping. The rest of a plan is not in a DeepSpeed config: tp and pp belong to
         the launcher and the model (Megatron's mpu, DeepSpeed's PipelineModule), recompute,
-        sequence_parallel, schedule, virtual and attention to the model code. So
+        sequence_parallel, schedule, virtual, attention and cp (with cp_kind) to the model code. So
         ``Plan.from_deepspeed(plan.to_deepspeed(), plan.world_size, plan.tp, plan.pp, recompute=...,
         sequence_parallel=..., schedule=..., virtual=..., attention=...) == plan``. NVMe offload writes ``nvme_path``;
         ``extra`` adds top-level sections (an "optimizer", "steps_per_print", ...).
