@@ -84,6 +84,7 @@ class PublishedRun:
     assumptions: str = ""
     cp: int = 1              # context parallelism (Plan.cp, Plan.cp_kind)
     cp_kind: str = "ring"
+    framework: str = ""  # whose collectives (Plan.framework); '': Megatron's up to ZeRO-1, DeepSpeed's beyond
 
     def __post_init__(self):
         if self.gpus % (self.tp * self.pp * self.cp):
@@ -125,9 +126,12 @@ class PublishedRun:
         """The run as configured. Megatron (no ZeRO, or DeepSpeed's ZeRO-1 under its pipeline
         engine): 1F1B or interleaved, gradient clipping 1.0; with DDP 'torch' the gradients are
         all-reduced in PyTorch DDP's 25 MB buckets during the last backward, else after it.
-        ZeRO-2/3 (DeepSpeed): its defaults, overlap_comm on, 5e8-element buckets."""
+        ZeRO-2/3 (DeepSpeed): its defaults, overlap_comm on, 5e8-element buckets. The collectives are
+        Megatron's up to ZeRO-1 (its distributed optimizer), DeepSpeed's beyond, unless ``framework``
+        says whose."""
         deepspeed = self.zero_stage >= 2
-        return Plan(zero_stage=self.zero_stage, tp=self.tp, pp=self.pp, dp=self.dp,
+        framework = self.framework or ("deepspeed" if deepspeed else "megatron")
+        return Plan(framework=framework, zero_stage=self.zero_stage, tp=self.tp, pp=self.pp, dp=self.dp,
                     micro_batch_size=self.micro_batch, num_microbatches=self.num_microbatches,
                     schedule="interleaved" if self.virtual > 1 else "1f1b", virtual=self.virtual,
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision=self.precision,
