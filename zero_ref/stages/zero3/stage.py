@@ -37,6 +37,7 @@ from zero_ref.stages.zero3.path_check import BACKWARD, FORWARD, PREFETCH, REDUCE
     same_collective
 from zero_ref.stages.zero3.prefetch import Trace, oldest_idle
 from zero_ref.stages.zero3.reduce_group import ReduceGroup, reduce_groups
+from zero_ref.stages.zero3.zeropp import ZeroPP
 from zero_ref.stages.zero3.unit import Unit, unit_of
 
 
@@ -114,6 +115,23 @@ class _Parameters(dict):
         return dict, (dict(self),)
 
 
+class _Scratch(NamedTuple):
+    """What ``UnitGather.gather`` reads of a unit, on scratch buffers (``ZeroStage3._run_like``)."""
+    full: torch.Tensor
+    part: torch.Tensor
+    group: object
+
+    def device_part(self) -> torch.Tensor:
+        return self.part
+
+
+class _Done:
+    """A finished collective's handle (ZeRO++'s collectives are synchronous)."""
+
+    def wait(self) -> None:
+        pass
+
+
 class GatherEvent(NamedTuple):
     """One entry of ``ZeroStage3.gather_log``."""
     kind: str        # "gather", "prefetch" or "release"
@@ -142,7 +160,7 @@ class ZeroStage3(ZeroOptimizerBase):
                  offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = (),
                  param_groups: list[dict] | None = None, adam_kernel: str = "torch",
-                 optimizer: torch.optim.Optimizer | None = None):
+                 optimizer: torch.optim.Optimizer | None = None, zeropp: ZeroPP | None = None):
         # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
         # subtree, as FSDP's fully_shard per block does: fewer, larger collectives. Default: one unit per
         # module's own parameters, as DeepSpeed partitions.
@@ -157,6 +175,8 @@ class ZeroStage3(ZeroOptimizerBase):
         self._entered: list[nn.Module] = []
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
         self.grads = GradientShards(self)  # the gradient path, ZeRO-2's
+        self.zeropp = (zeropp or ZeroPP()).build(group)  # ZeRO++: its sub-groups (every rank creates them)
+        self.quantized_reduce = self.zeropp.reduce  # qgZ: GradientShards reduces with it (None: reduce-scatter)
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -192,6 +212,9 @@ class ZeroStage3(ZeroOptimizerBase):
         if self.offload is not None:
             self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
         self._install_hooks(module, buckets)
+        for u in self.units:
+            if not u.persistent:  # persistent units are gathered at full precision once per step, as in DeepSpeed
+                u.unit.zeropp = self.zeropp.unit_gather(trainable=u.params[0].requires_grad)
         for u in self.units:
             if u.persistent:
                 u.unit.gather()
@@ -307,8 +330,11 @@ class ZeroStage3(ZeroOptimizerBase):
         if op == REDUCE:
             n = state.reduce_group.shard_numel
             full, shard = u.empty(n * self.world_size).zero_(), u.empty(n).zero_()  # zeros, not stale memory
-            return comm.reduce_scatter(shard, full, group=self.group, async_op=True)
+            return self.grads.reduce_scatter(shard, full, group=self.group, async_op=True) or _Done()
         full, shard = u.empty(u.size).zero_(), u.empty(u.layout.shard_numel).zero_()
+        if u.zeropp is not None:  # ZeRO++'s collectives for this unit, on scratch
+            u.zeropp.gather(_Scratch(full, shard, u.group))
+            return _Done()
         return comm.all_gather(full, shard, group=self.group, async_op=True)
 
     # ---------------------------------------------------------------- trace and prefetch
@@ -451,6 +477,8 @@ class ZeroStage3(ZeroOptimizerBase):
         out = {"params": [], "grads": [], "optimizer": []}
         for u in self.units:
             out["params"] += [u.unit.part] + ([u.unit.full] if u.unit.full is not None else [])
+            if u.unit.zeropp is not None and u.unit.zeropp.secondary is not None:
+                out["params"].append(u.unit.zeropp.secondary)  # hpZ's secondary slice
         for b in self.buckets:
             out["grads"].append(b.partition.grad)
             out["optimizer"] += [t for t in b.partition.optimizer_tensors() if t is not b.unit.part]
@@ -460,6 +488,8 @@ class ZeroStage3(ZeroOptimizerBase):
 
     def publish_params(self) -> None:
         for b in self.buckets:
+            if b.unit.zeropp is not None:
+                b.unit.zeropp.invalidate()  # hpZ: the next gather (forward) comes from the updated primary
             if self.offload is None and b.partition.master is not b.unit.part:
                 b.unit.part.copy_(b.partition.master)  # mixed precision: cast the fp32 master down
             if b.persistent:

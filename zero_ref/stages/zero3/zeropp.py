@@ -1,0 +1,50 @@
+"""ZeRO++ (Wang et al. 2023, arXiv 2306.10209) on ZeRO-3: which of its three ideas are on, and their groups.
+
+- qwZ (``quantized_weights``): every gather of a unit moves int8 blocks (``quantized_gather.py``);
+- hpZ (``hpz_partition_size`` g > 1): a secondary partition inside sub-groups of g ranks; gathers after the
+  first one of a step stay in the sub-group (``secondary_partition.py``);
+- qgZ (``quantized_gradients``): gradients reduced by a hierarchical int4 all-to-all (``quantized_reduce.py``),
+  nodes of g ranks (all ranks when g is 1);
+- ``quantized_nontrainable_weights``: frozen units' gathers move int8 blocks even without qwZ.
+
+DeepSpeed's keys (zero_optimization) map one to one; ``zero_ref.initialize`` passes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from zero_ref.stages.zero3.quantized_reduce import QuantizedReduce
+from zero_ref.stages.zero3.secondary_partition import UnitGather, new_subgroups
+
+
+@dataclass
+class ZeroPP:
+    quantized_weights: bool = False
+    hpz_partition_size: int = 1
+    quantized_gradients: bool = False
+    quantized_nontrainable_weights: bool = False
+
+    def build(self, group) -> "ZeroPP":
+        """Create the sub-groups on this rank (every rank calls it, in the same order); check the sizes."""
+        n = dist.get_world_size(group)
+        g = self.hpz_partition_size
+        if g < 1 or n % g:
+            raise ValueError(f"zero_hpz_partition_size {g} must divide the data-parallel size {n} (a node's ranks; "
+                             "1 turns hpZ off)")
+        self.subgroup = new_subgroups(group, g) if g > 1 else None
+        self.reduce = QuantizedReduce(group, g if g > 1 else n) if self.quantized_gradients else None
+        return self
+
+    @property
+    def on(self) -> bool:
+        return self.quantized_weights or self.hpz_partition_size > 1 or self.quantized_gradients or \
+            self.quantized_nontrainable_weights
+
+    def unit_gather(self, trainable: bool) -> UnitGather | None:
+        """How a (non-persistent) unit is gathered, or None for a plain all-gather."""
+        quantize = self.quantized_weights or (not trainable and self.quantized_nontrainable_weights)
+        if not quantize and self.subgroup is None:
+            return None
+        return UnitGather(quantize, self.subgroup)
