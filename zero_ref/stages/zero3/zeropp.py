@@ -29,10 +29,10 @@ class ZeroPP:
     def build(self, group) -> "ZeroPP":
         """Create the sub-groups on this rank (every rank calls it, in the same order); check the sizes."""
         n = dist.get_world_size(group)
-        g = self.hpz_partition_size
-        if g < 1 or n % g:
-            raise ValueError(f"zero_hpz_partition_size {g} must divide the data-parallel size {n} (a node's ranks; "
-                             "1 turns hpZ off)")
+        g = min(max(self.hpz_partition_size, 1), n)  # DeepSpeed: min(size, world size); 0 and 1 are off
+        if n % g:
+            raise ValueError(f"zero_optimization.zero_hpz_partition_size={self.hpz_partition_size} does not divide "
+                             f"the {n} data-parallel ranks: use the ranks per node, a divisor of {n}, or 1 (off)")
         self.subgroup = new_subgroups(group, g) if g > 1 else None
         self.reduce = QuantizedReduce(group, g if g > 1 else n) if self.quantized_gradients else None
         return self
