@@ -21,13 +21,16 @@ import torch
 TARGET_BLOCK = 8000  # DeepSpeed's CUDAQuantizer.target_group_size
 
 
-def padded(numel: int) -> int:
-    """``numel`` rounded up to a multiple of 8 (what is quantized and sent)."""
-    return -(-numel // 8) * 8
+def padded(numel: int, block: int | None = None) -> int:
+    """``numel`` rounded up to a multiple of 8, or of ``block`` if given (what is quantized and sent)."""
+    step = block or 8
+    return -(-numel // step) * step
 
 
-def block_count(numel: int) -> int:
-    """DeepSpeed's group count for a tensor of ``numel`` elements (``numel`` a multiple of 8)."""
+def block_count(numel: int, block: int | None = None) -> int:
+    """DeepSpeed's qwZ group count for a tensor of ``numel`` elements (a multiple of 8); with ``block``, numel/block."""
+    if block:
+        return numel // block
     if numel <= 0 or numel % 8:
         raise ValueError(f"block_count: numel must be a positive multiple of 8, got {numel} (pad it: padded())")
     groups = math.ceil(numel / TARGET_BLOCK)
@@ -44,21 +47,22 @@ def q_max(bits: int) -> int:
     return (1 << (bits - 1)) - 1
 
 
-def quantized_bytes(numel: int, bits: int, rows: int = 1) -> int:
+def quantized_bytes(numel: int, bits: int, rows: int = 1, block: int | None = None) -> int:
     """Bytes of ``quantize``'s output for ``rows`` rows of ``numel`` elements each: integers + fp32 scales."""
-    n = padded(numel)
-    return rows * (n * bits // 8 + 4 * block_count(n))
+    n = padded(numel, block)
+    return rows * (n * bits // 8 + 4 * block_count(n, block))
 
 
-def quantize(x: torch.Tensor, bits: int = 8, rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize(x: torch.Tensor, bits: int = 8, rows: int = 1, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` (``rows`` equal rows end to end, each zero-padded to a multiple of 8 and cut into DeepSpeed's
-    blocks) → (integers: int8, or uint8 holding two int4; fp32 scales, one per block)."""
+    blocks; or padded to a multiple of ``block`` and cut into blocks of that size)
+    → (integers: int8, or uint8 holding two int4; fp32 scales, one per block)."""
     qm = q_max(bits)
     x = x.detach().reshape(rows, -1).float()
-    n = padded(x.shape[1])
+    n = padded(x.shape[1], block)
     if n != x.shape[1]:
         x = torch.nn.functional.pad(x, (0, n - x.shape[1]))
-    blocks = x.reshape(rows * block_count(n), -1)
+    blocks = x.reshape(rows * block_count(n, block), -1)
     scales = blocks.abs().amax(dim=1) / qm
     scales = torch.where(scales > 0, scales, torch.ones_like(scales))  # an all-zero block: any scale is exact
     q = torch.round(blocks / scales[:, None]).clamp_(-qm, qm).to(torch.int8).reshape(-1)

@@ -9,9 +9,8 @@ of chunk r of the flat gradient buffer (row r: its shard). The paper's two steps
 2. across nodes, among the M ranks with the same local index: chunk (m,l) goes to node m; an all-to-all of
    int4 blocks; each rank dequantizes and sums the M partial sums at full precision, in fp32.
 
-Bytes each rank hands to the collectives per reduce (shard s elements; padded(n): n rounded up to 8;
-G(n): DeepSpeed's block count): step 1: L·padded(M·s)/2 + 4·L·G(padded(M·s)); step 2 (M > 1):
-M·padded(s)/2 + 4·M·G(padded(s)). Across nodes a rank sends (M−1)/M of step 2: int4 is a quarter of fp16's
+Bytes each rank hands to the collectives per reduce (shard s elements, blocks of b; p(n): n rounded up to
+a multiple of b): step 1: L·p(M·s)/2 + 4·L·p(M·s)/b; step 2 (M > 1): M·p(s)/2 + 4·M·p(s)/b. Across nodes a rank sends (M−1)/M of step 2: int4 is a quarter of fp16's
 bytes for the same (M−1)·s elements (the paper's count), plus the scales and padding.
 
 DeepSpeed 0.19.8 (``all_to_all_quant_reduce``, runtime/comm/coalesced_collectives.py) does the same steps per
@@ -29,6 +28,9 @@ from zero_ref.stages.zero3 import block_quant
 from zero_ref.stages.zero3.secondary_partition import subgroups
 
 BITS = 4  # DeepSpeed's qgZ: int4 (all_to_all_quant_reduce passes 4 bits)
+# DeepSpeed's qgZ cuts each 2-D gradient into max(rows, cols, world) groups: blocks of about one row (its hidden
+# size, thousands of elements at scale). A flat bucket has no rows: fixed blocks of 512 (4 scale bytes per 256).
+BLOCK = 512
 
 
 def node_groups(ranks: list[int], node_size: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -44,7 +46,7 @@ def node_groups(ranks: list[int], node_size: int) -> tuple[list[list[int]], list
 class QuantizedReduce:
     """The hierarchical quantized reduce of ``group`` with nodes of ``node_size`` ranks (every rank builds it)."""
 
-    def __init__(self, group, node_size: int):
+    def __init__(self, group, node_size: int, block: int = BLOCK):
         ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
         self.world, self.node_size, self.nodes = len(ranks), node_size, len(ranks) // node_size
         intra, inter = node_groups(ranks, node_size)
@@ -56,7 +58,9 @@ class QuantizedReduce:
         for sub in inter:
             g = dist.new_group(sub) if len(sub) > 1 else None
             self.inter = g if me in sub else self.inter
-        self.quantize, self.dequantize = block_quant.quantize, block_quant.dequantize
+        if block <= 0 or block % 8:
+            raise ValueError(f"QuantizedReduce: block must be a positive multiple of 8, got {block}")
+        self.quantize, self.dequantize, self.block = block_quant.quantize, block_quant.dequantize, block
 
     def __call__(self, output: torch.Tensor, input: torch.Tensor, group=None, async_op: bool = False):
         """``output`` ← the sum over ranks of chunk (this rank) of ``input``; reduce_scatter's signature."""
@@ -74,7 +78,7 @@ class QuantizedReduce:
     def _exchange(self, rows: torch.Tensor, n: int, group) -> torch.Tensor:
         """Row j to rank j of ``group`` as int4 blocks; the ``n`` rows received, dequantized (fp32)."""
         width = rows.shape[1]
-        q, scales = self.quantize(rows, bits=BITS, rows=n)
+        q, scales = self.quantize(rows, bits=BITS, rows=n, block=self.block)
         q_in, s_in = torch.empty_like(q), torch.empty_like(scales)
         comm.all_to_all(q_in, q, group=group)
         comm.all_to_all(s_in, scales, group=group)

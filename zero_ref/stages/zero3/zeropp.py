@@ -25,6 +25,7 @@ class ZeroPP:
     hpz_partition_size: int = 1
     quantized_gradients: bool = False
     quantized_nontrainable_weights: bool = False
+    gradient_block: int = 512  # qgZ's block (quantized_reduce.BLOCK)
 
     def build(self, group) -> "ZeroPP":
         """Create the sub-groups on this rank (every rank calls it, in the same order); check the sizes."""
@@ -34,7 +35,7 @@ class ZeroPP:
             raise ValueError(f"zero_optimization.zero_hpz_partition_size={self.hpz_partition_size} does not divide "
                              f"the {n} data-parallel ranks: use the ranks per node, a divisor of {n}, or 1 (off)")
         self.subgroup = new_subgroups(group, g) if g > 1 else None
-        self.reduce = QuantizedReduce(group, g if g > 1 else n) if self.quantized_gradients else None
+        self.reduce = QuantizedReduce(group, g if g > 1 else n, self.gradient_block) if self.quantized_gradients else None
         return self
 
     @property
