@@ -175,8 +175,8 @@ class ZeroStage3(ZeroOptimizerBase):
         self._entered: list[nn.Module] = []
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
         self.grads = GradientShards(self)  # the gradient path, ZeRO-2's
-        self.zeropp = (zeropp or ZeroPP()).build(group)  # ZeRO++: its sub-groups (every rank creates them)
-        self.quantized_reduce = self.zeropp.reduce  # qgZ: GradientShards reduces with it (None: reduce-scatter)
+        self.zeropp = zeropp or ZeroPP()  # ZeRO++ (built with the units)
+        self.quantized_reduce = None  # qgZ: GradientShards reduces with it (None: reduce-scatter)
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -188,6 +188,7 @@ class ZeroStage3(ZeroOptimizerBase):
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
+        self.quantized_reduce = self.zeropp.build(self.group).reduce  # its sub-groups: every rank creates them
         self._find_units(module)
         buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
         if not buckets:

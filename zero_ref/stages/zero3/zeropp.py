@@ -11,7 +11,7 @@ DeepSpeed's keys (zero_optimization) map one to one; ``zero_ref.initialize`` pas
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
@@ -26,9 +26,13 @@ class ZeroPP:
     quantized_gradients: bool = False
     quantized_nontrainable_weights: bool = False
     gradient_block: int = 512  # qgZ's block (quantized_reduce.BLOCK)
+    subgroup: object = field(default=None, init=False, repr=False)  # hpZ: this rank's sub-group (after build)
+    reduce: QuantizedReduce | None = field(default=None, init=False, repr=False)  # qgZ (after build)
 
     def build(self, group) -> "ZeroPP":
         """Create the sub-groups on this rank (every rank calls it, in the same order); check the sizes."""
+        if not self.on:
+            return self
         n = dist.get_world_size(group)
         g = min(max(self.hpz_partition_size, 1), n)  # DeepSpeed: min(size, world size); 0 and 1 are off
         if n % g:
