@@ -352,3 +352,40 @@ def test_quantized_training_stays_near_full_precision(runs):
         assert agree("hpz") == 1.0 and agree("qwz") >= 0.95
         assert agree("qgz") >= 0.75 and agree("all") >= 0.75
         assert agree("qgz_broken") < 0.6
+
+
+# ---------------------------------------------------------------- from a DeepSpeed config
+
+def from_config(rank, world):
+    model = build_model()
+    zero = {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
+            "zero_quantized_weights": True, "zero_hpz_partition_size": 2, "zero_quantized_gradients": True,
+            "zero_quantized_nontrainable_weights": True}
+    engine, *_ = zero_ref.initialize(model=model, config={
+        "train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+        "zero_optimization": zero})
+    with comm.recording() as log:
+        _, loss = engine(*micro_batch(0, 0, rank, world, 1))
+        engine.backward(loss)
+        engine.step()
+    zp = engine.optimizer.zeropp
+    ops = {(r.op, r.dtype, r.group_size) for r in log.records if r.dtype != "int64"}
+    frozen = [u.unit.zeropp.quantize for u in engine.optimizer.units if not u.params[0].requires_grad]
+    return (zp.quantized_weights, zp.hpz_partition_size, zp.quantized_gradients), ops, frozen
+
+
+@pytest.mark.slow
+def test_a_deepspeed_config_turns_them_on():
+    for keys, ops, frozen in zero_ref.launch(from_config, 4, timeout=300):
+        assert keys == (True, 2, True) and frozen == [True]
+        assert {("all_gather", "int8", 4), ("all_gather", "int8", 2), ("all_to_all", "uint8", 2)} <= ops
+        assert not {op for op in ops if op[0] == "reduce_scatter"}
+
+
+def test_an_hpz_size_that_does_not_divide_the_ranks_is_refused():
+    from zero_ref.config import problems
+    bad = problems({"train_batch_size": 12, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 4}}, dp=6)
+    assert [e.key for e in bad] == ["zero_optimization.zero_hpz_partition_size"]
+    assert "does not divide the 6 data-parallel ranks" in str(bad[0])
+    ok = {"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}
+    assert problems(ok, dp=4) == []  # DeepSpeed: min(8, 4 ranks) = 4
