@@ -10,7 +10,8 @@ per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the moment
 - Gradients as in ZeRO-2 (``GradientShards``): a unit's gradients are staged, then reduce-scattered
   with its ``ReduceGroup`` (``reduce_group.py``) into this rank's gradient shard.
 - ``prefetch.py``: the recorded order of uses, which prefetching and ``max_reuse_distance`` follow;
-  ``path_check.py``: every rank runs the same collectives; ``init.py``: ``Init``, ``GatheredParameters``.
+  ``path_check.py``: every rank runs the same collectives; ``init.py``: ``Init``, ``GatheredParameters``;
+  ``zeropp.py``: ZeRO++ (quantized gathers, a secondary partition per node, a quantized gradient reduce).
 
 Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ
 (with ``max_reuse_distance`` 0).
