@@ -10,7 +10,8 @@
 Per step, a model of Ψ fp16 elements, N ranks in nodes of g: ZeRO-3 moves 2Ψ bytes (full buffers) in forward's
 gathers, 2Ψ in backward's and 2Ψ in the reduce-scatter, each mostly across nodes (the paper's 3M, M = 2Ψ).
 qwZ makes the gathers Ψ bytes of int8 + 4 bytes per block; hpZ keeps backward's inside the node; qgZ sends Ψ/2
-bytes of int4 inside the node and, in its second all-to-all, Ψ/(2g) per rank (all but its own node's share leaves the node): about Ψ/2 per node.
+bytes of int4 inside the node and, in its second all-to-all, Ψ/(2g) per rank (all but its own node's share leaves
+the node): about Ψ/2 per node.
 Across nodes: 0.5M + 0 + 0.25M = 0.75M (tests/zero_ref/test_zeropp.py counts each exactly, scales and padding in).
 
 DeepSpeed's keys (zero_optimization) map one to one; ``zero_ref.initialize`` passes them.
