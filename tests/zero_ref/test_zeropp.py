@@ -271,7 +271,8 @@ def test_bytes_are_the_papers(runs):
             # one per trainable unit: the step's first gather (forward); a frozen unit's secondary copy never
             # goes stale (DeepSpeed keeps it too: partitioned_param_coordinator.py, __all_gather_params_)
             assert groups.count(world) == trainable
-            assert groups.count(g) == len(groups) - trainable == sum(1 for r in plain if r[0] == "all_gather") - trainable
+            plain_gathers = sum(1 for r in plain if r[0] == "all_gather")
+            assert groups.count(g) == len(groups) - trainable == plain_gathers - trainable
         # the paper's factors: int8 is half of fp16's 2Ψ (+ padding), int4 across nodes a quarter of fp16's
         fp32_gathers = sum(b for o, _, b, _ in plain if o == "all_gather")
         int8 = sum(b for o, d, b, _ in res["qwz"]["records"] if d == "int8")

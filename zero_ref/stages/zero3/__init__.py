@@ -14,5 +14,6 @@ from zero_ref.stages.zero3.stage import GatherEvent, UnitState, ZeroStage3
 from zero_ref.stages.zero3.unit import Unit, unit_of
 from zero_ref.stages.zero3.zeropp import ZeroPP
 
-__all__ = ["ZeroStage3", "ZeroPP", "Unit", "unit_of", "Init", "GatheredParameters", "ReduceGroup", "UnitState", "GatherEvent",
+__all__ = ["ZeroStage3", "ZeroPP", "Unit", "unit_of", "Init", "GatheredParameters", "ReduceGroup", "UnitState",
+           "GatherEvent",
            "register_external_parameter", "unregister_external_parameter", "registered_external_parameters"]

@@ -53,7 +53,8 @@ def quantized_bytes(numel: int, bits: int, rows: int = 1, block: int | None = No
     return rows * (n * bits // 8 + 4 * block_count(n, block))
 
 
-def quantize(x: torch.Tensor, bits: int = 8, rows: int = 1, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize(x: torch.Tensor, bits: int = 8, rows: int = 1,
+             block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` (``rows`` equal rows end to end, each zero-padded to a multiple of 8 and cut into DeepSpeed's
     blocks; or padded to a multiple of ``block`` and cut into blocks of that size)
     → (integers: int8, or uint8 holding two int4; fp32 scales, one per block)."""

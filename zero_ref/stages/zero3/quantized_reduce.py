@@ -10,8 +10,9 @@ of chunk r of the flat gradient buffer (row r: its shard). The paper's two steps
    int4 blocks; each rank dequantizes and sums the M partial sums at full precision, in fp32.
 
 Bytes each rank hands to the collectives per reduce (shard s elements, blocks of b; p(n): n rounded up to
-a multiple of b): step 1: L·p(M·s)/2 + 4·L·p(M·s)/b; step 2 (M > 1): M·p(s)/2 + 4·M·p(s)/b. Across nodes a rank sends (M−1)/M of step 2: int4 is a quarter of fp16's
-bytes for the same (M−1)·s elements (the paper's count), plus the scales and padding.
+a multiple of b): step 1: L·p(M·s)/2 + 4·L·p(M·s)/b; step 2 (M > 1): M·p(s)/2 + 4·M·p(s)/b. Across nodes
+a rank sends (M−1)/M of step 2: int4 is a quarter of fp16's bytes for the same (M−1)·s elements (the paper's
+count), plus the scales and padding.
 
 DeepSpeed 0.19.8 (``all_to_all_quant_reduce``, runtime/comm/coalesced_collectives.py) does the same steps per
 gradient tensor with its CUDA ``swizzle_quant`` / ``quantized_reduction`` (int4); its node is

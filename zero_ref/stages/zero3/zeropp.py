@@ -46,7 +46,9 @@ class ZeroPP:
             raise ValueError(f"zero_optimization.zero_hpz_partition_size={self.hpz_partition_size} does not divide "
                              f"the {n} data-parallel ranks: use the ranks per node, a divisor of {n}, or 1 (off)")
         self.subgroup = new_subgroups(group, g) if g > 1 else None
-        self.reduce = QuantizedReduce(group, g if g > 1 else n, self.gradient_block) if self.quantized_gradients else None
+        self.reduce = None
+        if self.quantized_gradients:
+            self.reduce = QuantizedReduce(group, g if g > 1 else n, self.gradient_block)
         return self
 
     @property
