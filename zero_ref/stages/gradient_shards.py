@@ -41,7 +41,7 @@ class GradientShards:
         opt = self.opt
         n = flat.numel() // opt.world_size
         mine = flat[opt.rank * n:(opt.rank + 1) * n]
-        work = self.reduce_scatter(mine, flat, group=opt.group, async_op=opt.overlap_comm)
+        work = comm.reduce_scatter(mine, flat, group=opt.group, async_op=opt.overlap_comm)
 
         def then():  # accumulates over micro-steps (on the host under offload)
             for part, offset in into:
@@ -51,11 +51,6 @@ class GradientShards:
                 else:
                     part.grad.add_(piece)
         opt._async(work, then)
-
-    def reduce_scatter(self, output, input, group=None, async_op=False):
-        """The stage's reduce-scatter: ZeRO++'s quantized all-to-all reduce (qgZ) if it has one."""
-        fn = getattr(self.opt, "quantized_reduce", None) or comm.reduce_scatter
-        return fn(output, input, group=group, async_op=async_op)
 
     def averaged(self, parts: list[Partition]) -> list[torch.Tensor]:
         """fp32, each partition's gradient averaged over ranks (what Adam reads)."""

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from zero_ref import comm
+from zero_ref.stages.gradient_shards import GradientShards
 from zero_ref.stages.zero3 import block_quant
 from zero_ref.stages.zero3.secondary_partition import subgroups
 
@@ -84,3 +85,24 @@ class QuantizedReduce:
         comm.all_to_all(q_in, q, group=group)
         comm.all_to_all(s_in, scales, group=group)
         return self.dequantize(q_in, s_in, width, bits=BITS, rows=n).reshape(n, width)
+
+
+class QuantizedShards(GradientShards):
+    """ZeRO-3's gradient path under qgZ: each reduce-scatter becomes the stage's ``QuantizedReduce``."""
+
+    def __init__(self, opt, quantized_reduce: QuantizedReduce):
+        super().__init__(opt)
+        self.quantized_reduce = quantized_reduce
+
+    def reduce(self, flat: torch.Tensor, into: list) -> None:
+        """As ``GradientShards.reduce``, through the quantized all-to-all (synchronous)."""
+        opt = self.opt
+        n = flat.numel() // opt.world_size
+        mine = flat[opt.rank * n:(opt.rank + 1) * n]
+        self.quantized_reduce(mine, flat, group=opt.group)
+        for part, offset in into:  # accumulates over micro-steps (on the host under offload)
+            piece = mine[offset:offset + part.numel]
+            if opt.offload is not None:
+                opt.offload.add_grad(part, piece)
+            else:
+                part.grad.add_(piece)

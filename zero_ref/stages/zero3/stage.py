@@ -37,6 +37,7 @@ from zero_ref.stages.zero3.init import GatheredParameters, registered_external_p
 from zero_ref.stages.zero3.path_check import BACKWARD, FORWARD, PREFETCH, REDUCE, PathCheck, different_paths, \
     same_collective
 from zero_ref.stages.zero3.prefetch import Trace, oldest_idle
+from zero_ref.stages.zero3.quantized_reduce import QuantizedShards
 from zero_ref.stages.zero3.reduce_group import ReduceGroup, reduce_groups
 from zero_ref.stages.zero3.zeropp import ZeroPP
 from zero_ref.stages.zero3.unit import Unit, unit_of
@@ -177,7 +178,7 @@ class ZeroStage3(ZeroOptimizerBase):
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
         self.grads = GradientShards(self)  # the gradient path, ZeRO-2's
         self.zeropp = zeropp or ZeroPP()  # ZeRO++ (built with the units)
-        self.quantized_reduce = None  # qgZ: GradientShards reduces with it (None: reduce-scatter)
+        self.quantized_reduce = None  # qgZ's reduce (None: reduce-scatter)
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -190,6 +191,8 @@ class ZeroStage3(ZeroOptimizerBase):
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
         self.quantized_reduce = self.zeropp.build(self.group).reduce  # its sub-groups: every rank creates them
+        if self.quantized_reduce is not None:
+            self.grads = QuantizedShards(self, self.quantized_reduce)  # qgZ
         self._find_units(module)
         buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
         if not buckets:
@@ -332,7 +335,10 @@ class ZeroStage3(ZeroOptimizerBase):
         if op == REDUCE:
             n = state.reduce_group.shard_numel
             full, shard = u.empty(n * self.world_size).zero_(), u.empty(n).zero_()  # zeros, not stale memory
-            return self.grads.reduce_scatter(shard, full, group=self.group, async_op=True) or _Done()
+            if self.quantized_reduce is not None:
+                self.quantized_reduce(shard, full, group=self.group)
+                return _Done()
+            return comm.reduce_scatter(shard, full, group=self.group, async_op=True)
         full, shard = u.empty(u.size).zero_(), u.empty(u.layout.shard_numel).zero_()
         if u.zeropp is not None:  # ZeRO++'s collectives for this unit, on scratch
             u.zeropp.gather(_Scratch(full, shard, u.group))
