@@ -390,3 +390,28 @@ def test_an_hpz_size_that_does_not_divide_the_ranks_is_refused():
     assert "does not divide the 6 data-parallel ranks" in str(bad[0])
     ok = {"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}
     assert problems(ok, dp=4) == []  # DeepSpeed: min(8, 4 ranks) = 4
+
+
+# ---------------------------------------------------------------- ranks that take different paths
+
+def diverge(rank, world, at):
+    model = build_model()
+    opt = ZeroStage3(model, adam=ADAM, zeropp=ZeroPP(True, 2, True), prefetch_bucket_size=0, **KW)
+    for step in range(at + 1):
+        if step == at and rank == 1:
+            model.blocks[1].forward = lambda x: x  # rank 1 skips a block
+        try:
+            _, loss = model(*micro_batch(step, 0, rank, world, 1))
+            opt.backward(loss)
+            opt.step()
+        except RuntimeError as e:
+            return str(e)
+    return "no error"
+
+
+@pytest.mark.slow
+def test_a_control_flow_mismatch_under_zeropp_is_a_clear_error():
+    """The path check's stand-in collectives (a rank that left the path) are ZeRO++'s: no hang, one diagnosis."""
+    for at in (1, 3):  # headers before each collective; then the recorded order, checked at the end
+        for msg in zero_ref.launch(diverge, 2, at, timeout=120):
+            assert "rank 0 gathers 'blocks.1.ln1' for forward while rank 1 gathers 'ln_f' for forward" in msg, msg

@@ -123,6 +123,8 @@ class _Scratch(NamedTuple):
     part: torch.Tensor
     group: object
 
+    size = property(lambda self: self.full.numel())
+
     def device_part(self) -> torch.Tensor:
         return self.part
 
@@ -341,7 +343,11 @@ class ZeroStage3(ZeroOptimizerBase):
             return comm.reduce_scatter(shard, full, group=self.group, async_op=True)
         full, shard = u.empty(u.size).zero_(), u.empty(u.layout.shard_numel).zero_()
         if u.zeropp is not None:  # ZeRO++'s collectives for this unit, on scratch
-            u.zeropp.gather(_Scratch(full, shard, u.group))
+            scratch = _Scratch(full, shard, u.group)
+            u.zeropp.gather(scratch)
+            # hpZ: the ranks on the path keep a secondary copy now and gather the next time in the sub-group; so
+            # does this rank (scratch values: end_backward drops every copy once the paths are found to differ)
+            u.zeropp.keep_secondary(scratch)
             return _Done()
         return comm.all_gather(full, shard, group=self.group, async_op=True)
 
@@ -463,11 +469,19 @@ class ZeroStage3(ZeroOptimizerBase):
             super().end_backward(failed)
         except BaseException:
             self.path.drop()
+            self._drop_secondaries()
             raise
         if failed:
             self.path.drop()
+            self._drop_secondaries()
         else:
             self.path.end(keep=steady)
+
+    def _drop_secondaries(self) -> None:
+        """hpZ: a failed backward (on every rank alike) leaves no secondary copy; the next gathers are primary."""
+        for u in self.units:
+            if u.unit.zeropp is not None:
+                u.unit.zeropp.invalidate()
 
     def after_backward(self) -> None:
         for g in self.reduce_groups:  # (a failed backward leaves a group half filled)
