@@ -73,12 +73,9 @@ def _port(old, new):
     return _PORT.replace(old, new)
 
 
-WRONG = {
-    # DeepSpeed's default gradient_clipping (1.0) kept: WIDE's gradient norm is above 1, the curves part at step 3
-    "10.1": _port('"gradient_clipping": 0.0,', ''),
-}
-
 MORE_WRONG = [
+    # DeepSpeed's default gradient_clipping (1.0) kept: WIDE's gradient norm is above 1, the curves part at step 3
+    {"10.1": _port('"gradient_clipping": 0.0,', '')},
     # every rank reads the whole dataset with its own DataLoader: both ranks train on the same sequences
     {"10.1": _port("    for idx, targets in loader:", "    from torch.utils.data import DataLoader\n"
                                                      "    for idx, targets in DataLoader(data, batch_size=2):")},
