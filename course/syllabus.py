@@ -318,7 +318,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Verify the identity train_batch_size = micro-batch per GPU × gradient "
             "accumulation steps × data-parallel size",
             "Validate the seed's example configs and explain each error the validator reports",
-            "Write a ZeRO-2 config with bf16 that passes validation",
+            "Choose the ZeRO stage and offload whose model states fit a GPU memory budget with "
+            "the least traffic per step",
         ),
         seed="Seed ch.9–12 (the config file, item by item); the example configs of seed "
         "ch.1 §1.2 and ch.3 part 4",
@@ -339,7 +340,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Port a plain PyTorch training loop to the engine: write a config, call "
             "initialize, use engine.backward and engine.step",
             "Verify that the ported script reproduces the original losses on one rank",
-            "Run the ported script on several ranks with torchrun and with zero_ref.launch",
+            "Port a script with a dataloader, a schedule and a resumed run, and run it on "
+            "several ranks on zero_ref and on DeepSpeed",
             "Explain what engine.backward and engine.step do beyond loss.backward and "
             "optimizer.step",
         ),
