@@ -55,10 +55,6 @@ def step():
 }
 
 WRONG = {
-    # off by one: two clean steps, where the misreading's stable is 2 < W and DeepSpeed's 1: the same scales
-    "13.1": '''
-PATTERNS = {"no_minus_one": [False, False], "refill_every_step": [True, False, True]}
-''',
     # compares with 65504 instead of casting: misses the values that round down to 65504
     "13.2": '''
 k = math.floor(math.log2(torch.finfo(torch.float16).max / grad.abs().max().item()))
@@ -68,6 +64,10 @@ return 2.0 ** k
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # 13.1 off by one: two clean steps, where the misreading's stable is 2 < W and DeepSpeed's 1: the same scales
+    {"13.1": '''
+PATTERNS = {"no_minus_one": [False, False], "refill_every_step": [True, False, True]}
+'''},
     # overflow checked on this rank's own fp16 gradients only: the rank that sees the inf skips, the other steps;
     # and 13.1's refill told apart by the hysteresis counter alone ([True, False]): the scales are the same
     {"13.1": '''

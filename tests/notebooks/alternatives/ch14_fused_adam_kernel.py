@@ -29,9 +29,10 @@ return step_all
 ''',
 }
 
-WRONG = {
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
     # ε inside the square root: invisible with gradients of order 1, a factor ~100 in the step at 1e-6
-    "14.1": '''
+    {"14.1": '''
 step_size = lr / (1 - beta1**step)
 bc2 = 1 - beta2**step
 for i in range(p.size):
@@ -40,8 +41,8 @@ for i in range(p.size):
     v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i]
     p[i] -= step_size * m[i] / math.sqrt(v[i] / bc2 + eps)
 ''',
-    # the table rebuilt on every step: right numbers, but the host work grows with the number of tensors
-    "14.2": '''
+     # the table rebuilt on every step: right numbers, but the host work grows with the number of tensors
+     "14.2": '''
 def step_all(step, cfg):
     rows = zip(params, grads, exp_avgs, exp_avg_sqs)
     addresses = np.array([[t.data_ptr() for t in row] for row in rows], dtype=np.int64)
@@ -49,11 +50,7 @@ def step_all(step, cfg):
     step_multi(addresses, sizes, AdamConstants.from_config(step, cfg))
 
 return step_all
-''',
-}
-
-# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
-MORE_WRONG = [
+'''},
     # decay applied after the update (to the updated parameter): off by lr·wd·update per step
     {"14.1": '''
 step_size = lr / (1 - beta1**step)
