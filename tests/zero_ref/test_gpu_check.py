@@ -256,3 +256,16 @@ def test_a_stored_measurement_is_a_real_one():
         pytest.skip("no GPU measurement is stored yet (benchmarks/gpu/results.json)")
     assert not stored["dry_run"] and stored["machine"]["gpu"], "benchmarks/gpu holds a dry run, not a measurement"
     assert stored["machine"]["torch_cuda"] and stored["finished"] != "timed out"
+
+
+def test_the_summary_leaves_out_the_rows_asked():
+    from zero_ref.kernels import gpu_results
+
+    stored = gpu_results.load()
+    if stored is None:
+        pytest.skip("no GPU measurement is stored yet (benchmarks/gpu/results.json)")
+    rows = stored["parts"]["adam_throughput"]["tables"][0]["rows"]
+    text = gpu_results.summary(stored, leave_out={("cuda ext", 100)})
+    for n, t, method, median_ms, *_ in rows:
+        line = f"{n >> 20}M {t:>8}  {method:<14}{median_ms:>10.3f}"
+        assert (line in text) == ((method, t) != ("cuda ext", 100)), line

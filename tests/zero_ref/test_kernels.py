@@ -190,6 +190,23 @@ def test_bad_inputs_are_clear_errors(args, kwargs, error, match):
         adam_step(*args, **kwargs)
 
 
+def test_cuda_extension_lists_are_built_once_per_adam_tensors():
+    """The extension's step does no Python work per tensor: its lists are built on the first step."""
+    from zero_ref.kernels import cuda_ext
+
+    n = 100
+    tensors = AdamTensors(*([torch.zeros(3).requires_grad_() for _ in range(n)] if i == 0 else
+                            [torch.zeros(3) for _ in range(n)] for i in range(4)),
+                          params16=[torch.zeros(3, dtype=torch.bfloat16) for _ in range(n)])
+    lists = cuda_ext.tensor_lists(tensors)
+    assert cuda_ext.tensor_lists(tensors) is lists
+    assert [len(ts) for ts in lists] == [n] * 5
+    held = (tensors.params, tensors.grads, tensors.exp_avgs, tensors.exp_avg_sqs, tensors.params16)
+    assert all(a.data_ptr() == b.data_ptr() and not a.requires_grad
+               for ts, mine in zip(held, lists) for a, b in zip(mine, ts))
+    assert cuda_ext.tensor_lists(AdamTensors(*_four()))[4] == []
+
+
 @pytest.mark.skipif(numba_cuda.simulator_enabled() or torch.cuda.is_available(), reason="a CUDA device is usable")
 def test_numba_cuda_without_a_device_says_why():
     with pytest.raises(RuntimeError, match="backend 'numba_cuda' cannot run: no CUDA GPU"):

@@ -12,11 +12,12 @@ from zero_ref.optim import AdamConfig
 
 def compare_with_torch(backend: str, sizes=(1, 7, 1000), steps: int = 10, adamw: bool = True, lr: float = 1e-2,
                        weight_decay: float = 0.1, device: str = "cpu", seed: int = 0, step_fn=None,
-                       foreach: bool | None = None) -> dict:
+                       foreach: bool | None = None, grad_scale: float = 1.0) -> dict:
     """Step the same random tensors with ``torch.optim`` and with ``adam_step(backend=...)``.
 
     ``step_fn(params, grads, exp_avgs, exp_avg_sqs, step, cfg)`` replaces ``adam_step`` (to check
-    a student's kernel); ``foreach`` picks torch's implementation (None: its default for the device). Returns ``max_rel_error`` (the largest ``max|p - p_ref| / max|p_ref|``
+    a student's kernel); ``foreach`` picks torch's implementation (None: its default for the device);
+    the gradients are ``grad_scale`` times standard normal (small ones make ε matter). Returns ``max_rel_error`` (the largest ``max|p - p_ref| / max|p_ref|``
     over the tensors), ``moments_rel_error`` (the same over exp_avg and exp_avg_sq), and bit-for-bit
     equality: ``exp_avg_equal``, ``exp_avg_sq_equal``, ``moments_equal`` (both) and ``params_equal``.
     """
@@ -27,7 +28,7 @@ def compare_with_torch(backend: str, sizes=(1, 7, 1000), steps: int = 10, adamw:
     ms, vs = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
     cfg = AdamConfig(lr=lr, weight_decay=weight_decay, adamw=adamw)
     for step in range(1, steps + 1):
-        grads = [torch.randn(n, generator=gen).to(device) for n in sizes]
+        grads = [(torch.randn(n, generator=gen) * grad_scale).to(device) for n in sizes]
         for r, g in zip(ref, grads):
             r.grad = g.clone()
         opt.step()

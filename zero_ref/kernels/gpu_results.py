@@ -41,8 +41,9 @@ def header(report: dict) -> list[str]:
             f"that ran: {(m.get('git_commit') or 'unknown')[:12]}"]
 
 
-def summary(report: dict) -> str:
-    """The header, each part's status and checks, and the Adam throughput table (GB/s against the copy)."""
+def summary(report: dict, leave_out=()) -> str:
+    """The header, each part's status and checks, and the Adam throughput table (GB/s against the copy),
+    without the rows whose ``(method, tensors)`` is in ``leave_out``."""
     lines = header(report) + [""]
     for name, part in report["parts"].items():
         checks = part.get("checks", [])
@@ -55,16 +56,18 @@ def summary(report: dict) -> str:
         lines += ["", table["title"], f"{'params':>8} {'tensors':>8}  {'method':<14}{'median ms':>10} {'GB/s':>8}"
                                       f" {'× copy':>7}"]
         for n, t, method, median_ms, _, gbs, of_copy, _ in table["rows"]:
+            if (method, t) in leave_out:
+                continue
             size = f"{n >> 20}M" if n % (1 << 20) == 0 else f"{n:,}"
             lines.append(f"{size:>8} {t:>8}  {method:<14}{median_ms:>10.3f} {gbs:>8,.0f} {of_copy:>7.2f}")
     return "\n".join(lines)
 
 
-def show(folder: Path = STORED) -> str:
+def show(folder: Path = STORED, leave_out=()) -> str:
     """The stored summary, or one line saying that none is stored and which command makes one."""
     report = load(folder)
     if report is None:
         where = Path(folder).resolve()
         where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
         return f"No GPU measurement is stored yet ({where / 'results.json'} does not exist). On a GPU machine: {COMMAND}"
-    return summary(report)
+    return summary(report, leave_out)

@@ -1,20 +1,9 @@
 """Chapter 13: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # unpacked state, integer halving (2**k // 2), a fresh dict built at the end
+    # patterns built from the settings, as 0/1 integers (the check takes anything bool() reads)
     "13.1": '''
-scale, left, it, last = state["scale"], state["hysteresis"], state["iter"], state["last_overflow"]
-if overflow:
-    last = it
-    if min(hysteresis, left) > 1:
-        left -= 1
-    else:
-        scale = max(scale // 2, min_scale)
-else:
-    stable = it - last - 1
-    if stable > 0 and stable % window == 0:
-        scale, left = scale * 2, hysteresis
-return {"scale": scale, "hysteresis": left, "iter": it + 1, "last_overflow": last}
+PATTERNS = dict(no_minus_one=[0] * WINDOW, refill_every_step=[1, 0, 1])
 ''',
     # state in a dict, padding with F.pad, the inverse scale multiplied, and two all-reduces (flag max, Σg² sum)
     "13.3": '''
@@ -75,8 +64,15 @@ return 2.0 ** k
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
-    # overflow checked on this rank's own fp16 gradients only: the rank that sees the inf skips, the other steps
-    {"13.3": '''
+    # 13.1 off by one: two clean steps, where the misreading's stable is 2 < W and DeepSpeed's 1: the same scales
+    {"13.1": '''
+PATTERNS = {"no_minus_one": [False, False], "refill_every_step": [True, False, True]}
+'''},
+    # overflow checked on this rank's own fp16 gradients only: the rank that sees the inf skips, the other steps;
+    # and 13.1's refill told apart by the hysteresis counter alone ([True, False]): the scales are the same
+    {"13.1": '''
+PATTERNS = {"no_minus_one": [False, False, False], "refill_every_step": [True, False]}
+''', "13.3": '''
 from zero_ref import comm
 from zero_ref.optim import adam_step_
 
@@ -120,8 +116,11 @@ def step():
     return True, math.sqrt(sq.item())
 '''},
     # the gradient left scaled by the loss scale: Adam's step barely changes (nearly scale-free), but the
-    # overflow test and the gradient norm see 2^8 times the gradient (the norm check fails it)
-    {"13.3": '''
+    # overflow test and the gradient norm see 2^8 times the gradient (the norm check fails it);
+    # and 13.1's no_minus_one with a pattern that tells them apart but is not the shortest
+    {"13.1": '''
+PATTERNS = {"no_minus_one": [False, False, False, False], "refill_every_step": [True, False, True]}
+''', "13.3": '''
 from zero_ref import comm
 from zero_ref.optim import adam_step_
 
