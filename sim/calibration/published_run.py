@@ -23,7 +23,7 @@ from sim.spec.plan import Plan
 
 SEQ, VOCAB = 2048, 51200
 A100_PEAK = 312e12
-FAMILIES = ("megatron", "zero3", "offload", "h100")
+FAMILIES = ("megatron", "zero3", "offload", "h100", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,9 @@ class PublishedRun:
     (name, value) pairs. ``attention``: the Plan's 'eager' or 'flash'. ``pipeline_layers``: the
     layer slots the pipeline is cut into, when the run gives the embedding and the output layer
     a slot of their own (Llama 3); the simulation runs that many layers (``sim_model``), the FLOPs
-    count the model's ``layers``. ``node``: Cluster fields
+    count the model's ``layers``. ``framework`` 'fsdp2' (family 'fsdp': PyTorch FSDP, data
+    parallelism only) with ``reshard_after_forward`` (FULL_SHARD; False: SHARD_GRAD_OP);
+    ``kernels`` the Plan's 'fused' or 'eager'. ``node``: Cluster fields
     that differ from the ``gpu`` preset, as (name, value) pairs. ``assumptions``: what the paper
     does not say and the row assumes.
     """
@@ -81,6 +83,9 @@ class PublishedRun:
     shape: tuple = ()
     attention: str = "eager"
     pipeline_layers: int | None = None
+    framework: str | None = None
+    reshard_after_forward: bool = True
+    kernels: str = "fused"
     assumptions: str = ""
 
     def __post_init__(self):
@@ -123,6 +128,8 @@ class PublishedRun:
         engine): 1F1B or interleaved, gradient clipping 1.0; with DDP 'torch' the gradients are
         all-reduced in PyTorch DDP's 25 MB buckets during the last backward, else after it.
         ZeRO-2/3 (DeepSpeed): its defaults, overlap_comm on, 5e8-element buckets."""
+        if self.framework == "fsdp2":
+            return self._fsdp_plan()
         deepspeed = self.zero_stage >= 2
         return Plan(zero_stage=self.zero_stage, tp=self.tp, pp=self.pp, dp=self.dp,
                     micro_batch_size=self.micro_batch, num_microbatches=self.num_microbatches,
@@ -131,6 +138,14 @@ class PublishedRun:
                     offload_optimizer=self.offload_optimizer, overlap_comm=self.overlap_dp or deepspeed,
                     reduce_bucket_size=12_500_000 if self.overlap_dp and not deepspeed else 500_000_000,
                     gradient_clipping=1.0, attention=self.attention)
+
+    def _fsdp_plan(self) -> Plan:
+        """PyTorch FSDP: gradients reduce-scattered per block during the backward, bf16 gathers;
+        SHARD_GRAD_OP keeps the gathered parameters from the forward to the backward."""
+        return Plan(zero_stage=3 if self.reshard_after_forward else 2, dp=self.dp, micro_batch_size=self.micro_batch,
+                    num_microbatches=self.num_microbatches, recompute=self.recompute, precision=self.precision,
+                    overlap_comm=True, gradient_clipping=1.0, attention=self.attention, kernels=self.kernels,
+                    framework="fsdp2", reshard_after_forward=self.reshard_after_forward)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""

@@ -34,6 +34,7 @@ class CostModel:
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))
         self.flops_rate = cluster.gpu.peak_flops * dict(c.efficiency_by_gpu).get(cluster.gpu.name, c.efficiency)
+        self.eager = getattr(plan, "kernels", "fused") == "eager"
 
     def link_params(self, axis: str) -> tuple[int, float, float]:
         """(group size n, α, effective bandwidth B) of the ``axis`` group's link."""
@@ -41,9 +42,10 @@ class CostModel:
 
     def gather_params(self, axis: str) -> tuple[int, float, float]:
         """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, across
-        nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring)."""
+        nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring; DeepSpeed's only)."""
         n, a, bw = self.link_params(axis)
-        if axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib":
+        if (axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib"
+                and getattr(self.plan, "framework", "deepspeed") == "deepspeed"):
             bw *= self.costs.zero3_efficiency
         return n, a, bw
 
@@ -58,8 +60,11 @@ class CostModel:
         c, cl = self.costs, self.cluster
         if isinstance(work, Compute):
             t = work.flops / self.flops_rate
-            if work.hbm_bytes:  # memory-bound element-wise kernels
-                t += work.hbm_bytes * c.elementwise_traffic / (cl.gpu.hbm_bw * c.hbm_efficiency)
+            if work.attention_flops:  # FlashAttention's kernels reach their own share of peak
+                t += work.attention_flops / (cl.gpu.peak_flops * c.attention_efficiency)
+            if work.hbm_bytes:  # memory-bound element-wise kernels; unfused (eager) ones move more
+                t += work.hbm_bytes * c.elementwise_traffic * (c.eager_traffic if self.eager else 1.0) / (
+                    cl.gpu.hbm_bw * c.hbm_efficiency)
             return t
         if isinstance(work, Collective):
             return work.count * self.collective(work.op, work.nbytes, work.axis)

@@ -42,6 +42,29 @@ def layer_backward_flops(model, batch: int, recompute: str = "none", attention: 
     return 2 * fwd + extra
 
 
+CAUSAL = 0.5  # share of the s² score blocks a causal FlashAttention kernel computes (it skips the masked ones)
+
+
+def layer_flops(model, batch: int, recompute: str = "none", attention: str = "eager") -> dict:
+    """{'forward', 'backward'}: (GEMM FLOPs, FlashAttention FLOPs) of one layer, as the GPU runs them.
+
+    'eager' attention is all GEMMs (``layer_forward_flops``, ``layer_backward_flops``). 'flash'
+    takes the attention core out of the GEMMs and counts what FlashAttention's causal kernels
+    execute: ``CAUSAL`` × 4bs²h forward and 2.5 × that backward (QKᵀ recomputed, then dV, dP, dQ,
+    dK: five s² products against the forward's two); full recomputation runs the forward kernel
+    again (3.5 ×); selective recomputation has nothing left to redo (the kernel keeps no scores).
+    Those kernels reach their own share of peak (``Costs.attention_efficiency``), and model-FLOPs
+    counts (``model_flops_per_step``, MFU) keep the unmasked 4bs²h the papers divide by."""
+    fwd, bwd = layer_forward_flops(model, batch), layer_backward_flops(model, batch, recompute, attention)
+    if attention != "flash":
+        return {"forward": (fwd, 0.0), "backward": (bwd, 0.0)}
+    core = attention_core_flops(model, batch)
+    gemm = fwd - core
+    return {"forward": (gemm, CAUSAL * core),
+            "backward": ((3 if recompute == "full" else 2) * gemm,
+                         CAUSAL * core * (3.5 if recompute == "full" else 2.5))}
+
+
 def layer_elementwise_bytes(model, batch: int, *, tp: int = 1, sp: bool = False, width: int = 1,
                             attention: str = "eager") -> dict:
     """HBM bytes one layer's memory-bound kernels move on one tensor-parallel rank, per pass.

@@ -27,7 +27,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from sim.cost.cost_model import CostModel
-from sim.cost.flops import head_forward_flops, layer_backward_flops, layer_elementwise_bytes, layer_forward_flops
+from sim.cost.flops import head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step.memory_timeline import static_bytes
 from zero_ref.memory import recipe
@@ -88,11 +88,10 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     p, v, m, tp, b = plan.pp, plan.virtual, plan.num_microbatches, plan.tp, plan.micro_batch_size
     rc, sp, width = plan.recompute, plan.sequence_parallel, _width(plan)
     n = model.layers // (p * v)  # layers per model chunk
-    fwd = layer_forward_flops(model, b) / tp
-    bwd = layer_backward_flops(model, b, rc, plan.attention) / tp
+    (fwd, fwd_a), (bwd, bwd_a) = ((g / tp, a / tp) for g, a in layer_flops(model, b, rc, plan.attention).values())
     ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width, attention=plan.attention)
     ew_b = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"], "full": ew["forward"]}[rc]
-    f_c, b_c = d(Compute(n * fwd, n * ew["forward"])), d(Compute(n * bwd, n * ew_b))
+    f_c, b_c = d(Compute(n * fwd, n * ew["forward"], n * fwd_a)), d(Compute(n * bwd, n * ew_b, n * bwd_a))
     if tp > 1:
         msg = 2 * width * b * model.seq * model.hidden
         op, per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)

@@ -17,6 +17,8 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
 CP_KINDS = ("ring", "ulysses")
+KERNELS = ("fused", "eager")
+FRAMEWORKS = ("deepspeed", "megatron", "fsdp2")
 _DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
 
@@ -40,7 +42,9 @@ class Plan:
     (Megatron-LM and DeepSpeed, 2020–2022) materialised the scores; plans for today's runs say
     'flash' (``python -m sim plan`` does). ``cp`` splits each sequence over a context-parallel
     group, ``cp_kind`` 'ring' (ring attention) or 'ulysses' (DeepSpeed-Ulysses); the world is
-    tp × cp × pp × dp, and ``sim.cost.context`` prices it.
+    tp × cp × pp × dp, and ``sim.cost.context`` prices it. ``kernels``: 'fused' (Megatron's and
+    Transformer Engine's fused kernels, torch.compile) or 'eager' (PyTorch eager, one kernel per op:
+    more element-wise bytes, ``Costs.eager_traffic``).
     """
 
     zero_stage: int = 0
@@ -63,6 +67,9 @@ class Plan:
     attention: str = "eager"
     cp: int = 1
     cp_kind: str = "ring"
+    kernels: str = "fused"
+    framework: str = "deepspeed"
+    reshard_after_forward: bool = True
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -77,6 +84,8 @@ class Plan:
         one_of("Plan", "offload_optimizer", self.offload_optimizer, OFFLOAD)
         one_of("Plan", "offload_param", self.offload_param, OFFLOAD)
         one_of("Plan", "cp_kind", self.cp_kind, CP_KINDS)
+        one_of("Plan", "kernels", self.kernels, KERNELS)
+        one_of("Plan", "framework", self.framework, FRAMEWORKS)
         if self.virtual > 1 and self.schedule != "interleaved":
             raise ValueError(f"Plan.virtual={self.virtual} needs schedule='interleaved' (got {self.schedule!r})")
         if self.schedule == "interleaved" and self.num_microbatches % self.pp:

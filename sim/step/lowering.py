@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zero_ref.memory import recipe
-from sim.cost.flops import head_forward_flops, layer_backward_flops, layer_elementwise_bytes, layer_forward_flops
+from sim.cost.flops import head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step.graph import TaskGraph
 from sim.step.pipeline import dependency, schedule_order
@@ -108,8 +108,9 @@ class _Lowering:
         self.param_bytes, self.grad_bytes = r.bytes_per_param("params"), r.bytes_per_param("grads")
         self.width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
         b, sp, rc, att = plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.attention
-        self.layer_fwd_flops = layer_forward_flops(model, b) / tp
-        self.layer_bwd_flops = layer_backward_flops(model, b, rc, att) / tp
+        # (GEMM, FlashAttention) FLOPs per layer on one TP rank, forward and backward
+        (self.layer_fwd_flops, self.layer_fwd_attn), (self.layer_bwd_flops, self.layer_bwd_attn) = (
+            (g / tp, a / tp) for g, a in layer_flops(model, b, rc, att).values())
         self.head_flops = head_forward_flops(model, b) / tp if head else 0.0
         # element-wise kernels' bytes, forward and backward (plus what the backward recomputes)
         ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=self.width, attention=att)
@@ -142,9 +143,9 @@ class _Lowering:
         """A group of ``layers`` layers, forward or backward, with the output head's FLOPs when ``head``."""
         if forward:
             return Compute(layers * self.layer_fwd_flops + self.head_flops if head else layers * self.layer_fwd_flops,
-                           layers * self.layer_fwd_bytes)
+                           layers * self.layer_fwd_bytes, layers * self.layer_fwd_attn)
         return Compute(layers * self.layer_bwd_flops + 2 * self.head_flops if head else layers * self.layer_bwd_flops,
-                       layers * self.layer_bwd_bytes)
+                       layers * self.layer_bwd_bytes, layers * self.layer_bwd_attn)
 
     def tp_work(self, forward: bool, layers: int) -> Collective:
         """The TP collectives of a group of ``layers`` layers (the backward's doubled by full recompute)."""

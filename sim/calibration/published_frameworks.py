@@ -1,0 +1,172 @@
+"""Published H100 runs of the frameworks' own benchmark tables, as data, each with its source.
+
+LLM-FOUNDRY — mosaicml/llm-foundry, scripts/train/benchmarking/README.md at commit
+8c8dd48f72168c5d51e2f7b151595892a8fba43d, tables "H100 80GB BF16 (Large Scale, >= 128 GPUs)" and
+"H100 80GB BF16": MPT models trained with Composer's PyTorch FSDP (FULL_SHARD or SHARD_GRAD_OP as
+the row says), amp_bf16, FlashAttention (``attn_impl: flash``), activation checkpointing as the row
+says, columns SeqLen, # GPUs, MicroBatchSize, GradAccum, GlobalBatchSize and Throughput (T/s/GPU).
+Shapes from scripts/train/yamls/pretrain/mpt-*.yaml (d_model, n_heads, n_layers, expansion_ratio 4,
+vocab 50368); MPTConfig's defaults: learned positions (a max_seq_len × d_model table: NumParams
+grows with SeqLen), biases and LayerNorm biases, no dropout; submit_benchmarks.py sets
+``low_precision_layernorm``; the optimizer config clips gradients at 1.0. The step time is
+GlobalBatchSize × SeqLen / (T/s/GPU × GPUs); tests check NumParams and the MFU column against the
+shapes (``reported``).
+
+TORCHTITAN — pytorch/torchtitan, benchmarks/llama3_h100_202412_torchtitan.md at commit
+b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (the runs: torchtitan 9dec370, torch 1963fc8, Dec 2024):
+Llama 3.1 8B, FSDP2 over all GPUs, local batch 2, selective activation checkpointing, Table 1 (8 GPUs)
+and Table 3 (128 GPUs), rows "FSDP" (eager) and "FSDP + torch.compile"; sequence 8192 from
+train_configs/llama3_8b.toml at 9dec370 (``seq_len = 8192``, ``selective_ac_option = 'op'``).
+The GPUs are Grand Teton H100s with 96 GB of HBM2e at 2.4 TB/s and a 500 W power limit (the file
+says their peak is "between SXM and NVL" and unknown): the rows run on the H100 preset with HBM
+at 2.4 TB/s, 96 GiB, and a peak midway between the SXM5's 989 and the NVL's 835 TFLOP/s.
+
+Rows not expressible (``NOT_EXPRESSIBLE``, with the reason): every FP8 row (llm-foundry's "H100
+80GB FP8" table, torchtitan's "+ Float8" rows, NVIDIA NeMo's performance summary at NeMo
+commit 9c5c5e9709, docs/source/performance/performance_summary.md, whose pretraining table is
+FP8 throughout): the simulator times GEMMs at one 16-bit rate per GPU and has no FP8 GEMM rate,
+cast and amax kernels, or FP8 all-gathers; torchtitan's CP tables (context parallelism:
+sim.simulate does not schedule it on this branch) and its 70B/405B tables (FP8 and async TP).
+"""
+from __future__ import annotations
+
+from sim.calibration.published_run import PublishedRun
+
+FOUNDRY = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md "
+           "@8c8dd48f72168c5d51e2f7b151595892a8fba43d")
+TITAN = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md @b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+
+# MPT shapes (n_layers, d_model, n_heads): scripts/train/yamls/pretrain/mpt-<size>.yaml
+MPT = {"760m": (24, 1536, 12), "1b": (24, 2048, 16), "3b": (32, 2560, 20), "7b": (32, 4096, 32),
+       "13b": (40, 5120, 40), "30b": (48, 7168, 56), "70b": (80, 8192, 64)}
+_MPT_SHAPE = (("dropout", False),)
+
+LARGE, SMALL = "H100 80GB BF16 (Large Scale, >= 128 GPUs)", "H100 80GB BF16"
+# (table, model, SeqLen, # GPUs, MFU %, MicroBatchSize, GradAccum, GlobalBatchSize, T/s/GPU,
+#  sharding, activation checkpointing, NumParams) as the README prints them
+FOUNDRY_TABLE = (
+    (LARGE, "70b", 2048, 512, 41.25, 8, 1, 4096, 1007, "FULL_SHARD", True, 64862437376),
+    (LARGE, "70b", 2048, 256, 42.42, 8, 1, 2048, 1035, "FULL_SHARD", True, 64862437376),
+    (LARGE, "70b", 2048, 128, 43.36, 8, 1, 1024, 1058, "FULL_SHARD", True, 64862437376),
+    (LARGE, "30b", 2048, 512, 40.27, 8, 1, 4096, 2115, "FULL_SHARD", True, 29975214080),
+    (LARGE, "30b", 2048, 256, 40.89, 8, 1, 2048, 2148, "FULL_SHARD", True, 29975214080),
+    (LARGE, "30b", 2048, 128, 41.85, 8, 1, 1024, 2199, "FULL_SHARD", True, 29975214080),
+    (LARGE, "13b", 2048, 512, 41.12, 16, 1, 8192, 4952, "FULL_SHARD", True, 12853954560),
+    (LARGE, "13b", 2048, 256, 41.42, 16, 1, 4096, 4989, "FULL_SHARD", True, 12853954560),
+    (LARGE, "13b", 2048, 128, 42.18, 16, 1, 2048, 5080, "FULL_SHARD", True, 12853954560),
+    (LARGE, "7b", 2048, 512, 42.2, 6, 1, 3072, 9670, "FULL_SHARD", False, 6658859008),
+    (LARGE, "7b", 2048, 256, 44.15, 6, 1, 1536, 10119, "FULL_SHARD", False, 6658859008),
+    (LARGE, "7b", 2048, 128, 45.71, 6, 1, 768, 10475, "FULL_SHARD", False, 6658859008),
+    (LARGE, "3b", 2048, 512, 39.24, 8, 1, 4096, 21664, "SHARD_GRAD_OP", False, 2651837440),
+    (LARGE, "3b", 2048, 256, 41.25, 8, 1, 2048, 22772, "SHARD_GRAD_OP", False, 2651837440),
+    (LARGE, "3b", 2048, 128, 42.43, 8, 1, 1024, 23422, "SHARD_GRAD_OP", False, 2651837440),
+    (LARGE, "1b", 2048, 512, 36.65, 12, 1, 6144, 39837, "SHARD_GRAD_OP", False, 1315950592),
+    (LARGE, "1b", 2048, 256, 39.15, 12, 1, 3072, 42555, "SHARD_GRAD_OP", False, 1315950592),
+    (LARGE, "1b", 2048, 128, 40.6, 12, 1, 1536, 44123, "SHARD_GRAD_OP", False, 1315950592),
+    (SMALL, "70b", 2048, 64, 42.57, 8, 4, 2048, 1039, "FULL_SHARD", True, 64862437376),
+    (SMALL, "70b", 2048, 32, 36.15, 2, 16, 1024, 882, "FULL_SHARD", True, 64862437376),
+    (SMALL, "30b", 8192, 8, 29.92, 1, 21, 168, 1384, "FULL_SHARD", True, 30019254272),
+    (SMALL, "30b", 4096, 8, 35.86, 1, 21, 168, 1802, "FULL_SHARD", True, 29989894144),
+    (SMALL, "30b", 2048, 32, 43.92, 14, 3, 1344, 2308, "FULL_SHARD", True, 29975214080),
+    (SMALL, "30b", 2048, 16, 43.07, 10, 3, 480, 2263, "FULL_SHARD", True, 29975214080),
+    (SMALL, "30b", 2048, 8, 38.11, 3, 21, 504, 2002, "FULL_SHARD", True, 29975214080),
+    (SMALL, "30b", 1024, 8, 38.76, 6, 21, 1008, 2084, "FULL_SHARD", True, 29967874048),
+    (SMALL, "13b", 32768, 8, 31.68, 1, 3, 24, 1976, "FULL_SHARD", True, 13011240960),
+    (SMALL, "13b", 16384, 8, 35.55, 3, 3, 72, 2985, "FULL_SHARD", True, 12927354880),
+    (SMALL, "13b", 4096, 8, 41.6, 10, 3, 240, 4717, "FULL_SHARD", True, 12864440320),
+    (SMALL, "13b", 2048, 64, 39.86, 2, 1, 128, 4800, "FULL_SHARD", False, 12853954560),
+    (SMALL, "13b", 2048, 32, 39.95, 2, 1, 64, 4811, "FULL_SHARD", False, 12853954560),
+    (SMALL, "13b", 2048, 16, 39.58, 2, 1, 32, 4767, "FULL_SHARD", False, 12853954560),
+    (SMALL, "13b", 2048, 8, 39.79, 2, 1, 16, 4792, "FULL_SHARD", False, 12853954560),
+    (SMALL, "13b", 1024, 8, 44.27, 40, 3, 960, 5502, "FULL_SHARD", True, 12848711680),
+    (SMALL, "7b", 65536, 8, 28.59, 1, 2, 16, 1956, "FULL_SHARD", True, 6918905856),
+    (SMALL, "7b", 32768, 8, 30.94, 2, 2, 32, 3318, "FULL_SHARD", True, 6784688128),
+    (SMALL, "7b", 8192, 8, 37.14, 8, 2, 128, 6935, "FULL_SHARD", True, 6684024832),
+    (SMALL, "7b", 4096, 8, 40.42, 16, 2, 256, 8611, "FULL_SHARD", True, 6667247616),
+    (SMALL, "7b", 2048, 8, 46.44, 6, 1, 48, 10643, "FULL_SHARD", False, 6658859008),
+    (SMALL, "7b", 1024, 8, 42.83, 64, 2, 1024, 10203, "FULL_SHARD", True, 6654664704),
+    (SMALL, "3b", 65536, 8, 26.81, 1, 2, 16, 3262, "FULL_SHARD", True, 2814366720),
+    (SMALL, "3b", 32768, 8, 28.84, 3, 6, 144, 5873, "FULL_SHARD", True, 2730480640),
+    (SMALL, "3b", 16384, 8, 36.34, 1, 6, 48, 11152, "FULL_SHARD", False, 2688537600),
+    (SMALL, "3b", 8192, 8, 40.31, 3, 6, 144, 16578, "FULL_SHARD", False, 2667566080),
+    (SMALL, "3b", 4096, 8, 42.31, 5, 6, 240, 20964, "FULL_SHARD", False, 2657080320),
+    (SMALL, "3b", 2048, 64, 40.8, 6, 3, 1152, 22525, "FULL_SHARD", False, 2651837440),
+    (SMALL, "3b", 2048, 32, 41.7, 6, 3, 576, 23021, "FULL_SHARD", False, 2651837440),
+    (SMALL, "3b", 2048, 16, 43.73, 10, 3, 480, 24142, "FULL_SHARD", False, 2651837440),
+    (SMALL, "3b", 1024, 8, 46.2, 20, 6, 960, 27046, "FULL_SHARD", False, 2649216000),
+    (SMALL, "3b", 512, 8, 46.32, 40, 6, 1920, 27965, "FULL_SHARD", False, 2647905280),
+    (SMALL, "1b", 65536, 8, 26.34, 1, 2, 16, 5506, "FULL_SHARD", True, 1445974016),
+    (SMALL, "1b", 32768, 8, 33.54, 1, 4, 32, 12025, "FULL_SHARD", False, 1378865152),
+    (SMALL, "1b", 16384, 8, 35.22, 2, 4, 64, 19649, "FULL_SHARD", False, 1345310720),
+    (SMALL, "1b", 8192, 8, 37.73, 3, 4, 96, 29157, "FULL_SHARD", False, 1328533504),
+    (SMALL, "1b", 4096, 8, 40.26, 7, 4, 224, 38535, "FULL_SHARD", False, 1320144896),
+    (SMALL, "1b", 2048, 64, 40.85, 20, 1, 1280, 44402, "FULL_SHARD", False, 1315950592),
+    (SMALL, "1b", 2048, 32, 41.52, 20, 1, 640, 45130, "FULL_SHARD", False, 1315950592),
+    (SMALL, "1b", 2048, 16, 42.36, 20, 1, 320, 46037, "FULL_SHARD", False, 1315950592),
+    (SMALL, "1b", 2048, 8, 41.82, 14, 1, 112, 45455, "FULL_SHARD", False, 1315950592),
+    (SMALL, "1b", 1024, 8, 41.95, 18, 4, 576, 48910, "FULL_SHARD", False, 1313853440),
+    (SMALL, "1b", 512, 8, 43.21, 56, 4, 1792, 52275, "FULL_SHARD", False, 1312804864),
+    (SMALL, "760m", 32768, 8, 31.84, 1, 2, 16, 16291, "FULL_SHARD", False, 807656448),
+    (SMALL, "760m", 16384, 8, 33.57, 3, 2, 48, 27815, "FULL_SHARD", False, 782490624),
+    (SMALL, "760m", 8192, 8, 34.84, 6, 2, 96, 41825, "FULL_SHARD", False, 769907712),
+    (SMALL, "760m", 4096, 8, 35.83, 12, 2, 192, 55459, "FULL_SHARD", False, 763616256),
+    (SMALL, "760m", 2048, 32, 37.57, 24, 1, 768, 67971, "FULL_SHARD", False, 760470528),
+    (SMALL, "760m", 2048, 16, 37.89, 24, 1, 384, 68551, "FULL_SHARD", False, 760470528),
+    (SMALL, "760m", 2048, 8, 34.9, 24, 2, 384, 63147, "FULL_SHARD", False, 760470528),
+    (SMALL, "760m", 1024, 8, 39.76, 48, 2, 768, 78581, "FULL_SHARD", False, 758897664),
+    (SMALL, "760m", 512, 8, 40.42, 96, 2, 1536, 83749, "FULL_SHARD", False, 758111232),
+)
+
+
+def _foundry(table, size, seq, gpus, mfu, mbs, accum, batch, tps, sharding, ckpt, params):
+    layers, hidden, heads = MPT[size]
+    return PublishedRun(
+        f"mpt-{size}-s{seq}-{gpus}", f"{FOUNDRY}, table '{table}', row 'mpt {size}, SeqLen {seq}, {gpus} GPUs' "
+        f"({tps} T/s/GPU, MFU {mfu} %); shape scripts/train/yamls/pretrain/mpt-{size}.yaml",
+        layers, hidden, heads, gpus, 1, 1, batch, mbs, "full" if ckpt else "none", iteration_time=batch * seq / (tps * gpus),
+        flops="sim", seq=seq, vocab=50368, gpu="H100-80GB", zero_stage=3, precision="bf16", family="fsdp",
+        framework="fsdp2", reshard_after_forward=sharding == "FULL_SHARD", kernels="eager", shape=_MPT_SHAPE,
+        attention="flash", reported=(("mfu", mfu / 100), ("num_params", params), ("tokens_per_gpu_s", tps)),
+        assumptions=f"Composer's FSDP ({sharding}) modelled as FSDP2 with reshard_after_forward="
+                    f"{sharding == 'FULL_SHARD'}; PyTorch eager kernels (no torch.compile); FlashAttention, causal; "
+                    "activation checkpointing as full recomputation of each block; bf16 parameters in the "
+                    "forward and backward (amp_bf16), fp32 master weights and Adam states sharded")
+
+
+FOUNDRY_H100 = tuple(_foundry(*row) for row in FOUNDRY_TABLE)
+
+# Llama 3.1 8B: 32 layers, 4096, 32 heads, 8 KV heads, FFN 14336, vocabulary 128256, untied, RMSNorm
+_LLAMA8B = (("ffn", 14336), ("gated", True), ("norm", "rmsnorm"), ("kv_heads", 8), ("dropout", False),
+            ("bias", False), ("tied", False))
+# 500 W HBM2e H100: the file's footnote puts its peak "between SXM and NVL" (989 and 835 TFLOP/s): the midpoint
+TITAN_PEAK = (989e12 + 835e12) / 2
+_TITAN_NODE = (("hbm_bw", 2.4e12), ("hbm_bytes", 96 * 2**30), ("peak_flops", TITAN_PEAK))
+
+
+def _titan(table, gpus, tps, compiled):
+    return PublishedRun(
+        f"torchtitan-llama3-8B-{gpus}{'-compile' if compiled else ''}",
+        f"{TITAN}: {table} row 'FSDP{' + torch.compile' if compiled else ''}' ({tps:,} TPS/GPU)",
+        32, 4096, 32, gpus, 1, 1, 2 * gpus, 2, "none", iteration_time=2 * 8192 / tps, flops="sim", seq=8192,
+        vocab=128256, gpu="H100-80GB", node=_TITAN_NODE, zero_stage=3, precision="bf16", family="fsdp",
+        framework="fsdp2", kernels="fused" if compiled else "eager", shape=_LLAMA8B, attention="flash",
+        positions="rotary", reported=(("tokens_per_gpu_s", tps),),
+        assumptions="FSDP2 over all GPUs, reshard after forward; sequence 8192 (llama3_8b.toml); selective "
+                    "activation checkpointing 'op' (recomputes every second matmul of a block and its "
+                    "element-wise ops: about 37 % of the block's GEMMs, not modelled: recompute 'none'); "
+                    "torch.compile as fused element-wise kernels; 500 W HBM2e H100s at 912 TFLOP/s, midway between "
+                    "the SXM5's 989 and the NVL's 835 that the file's footnote brackets them by")
+
+
+TORCHTITAN_H100 = (_titan("Table 1 (8 GPUs)", 8, 5762, False), _titan("Table 1 (8 GPUs)", 8, 6667, True),
+                   _titan("Table 3 (128 GPUs)", 128, 5605, False), _titan("Table 3 (128 GPUs)", 128, 6514, True))
+
+FRAMEWORKS_H100 = FOUNDRY_H100 + TORCHTITAN_H100
+
+NOT_EXPRESSIBLE = (
+    (f"{FOUNDRY}, table 'H100 80GB FP8' (7 rows)", "FP8 GEMMs: the simulator has one 16-bit GEMM rate per GPU"),
+    (f"{TITAN}, Tables 1 and 3 '+ Float8' rows, Tables 4-6", "FP8 GEMMs and all-gathers; async TP; Tables 2 "
+     "and 6 context parallelism"),
+    ("NVIDIA/NeMo docs/source/performance/performance_summary.md @9c5c5e9709, Pretraining (12 rows)",
+     "FP8 throughout (Transformer Engine); LLAMA3-8B and -70B also context parallelism 2"),
+)
