@@ -83,11 +83,11 @@ from sim.step.list_schedule import list_schedule
 from sim.step.lowering import build_graph
 
 CALIBRATION = ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "narayanan-t2-zero3-174.6B-768",
-               "shoeybi-1.2B-1gpu", "llama3-405B-8192", "mpt-1b-s32768-8", "mpt-1b-s2048-8")
-PARAMS = ("efficiency", "bandwidth", "zero3", "v100", "h100", "attention", "eager")
+               "shoeybi-1.2B-1gpu", "llama3-405B-8192", "mpt-1b-s32768-8", "mpt-1b-s2048-8", "nemo-LLAMA2-7B-8")
+PARAMS = ("efficiency", "bandwidth", "zero3", "v100", "h100", "attention", "eager", "fp8")
 _FIELDS = {"efficiency": ("efficiency",), "bandwidth": ("nvlink_efficiency", "ib_efficiency"),
            "zero3": ("zero3_efficiency",), "v100": ("efficiency_by_gpu",), "h100": ("efficiency_by_gpu",),
-           "attention": ("attention_efficiency",), "eager": ("eager_traffic",)}
+           "attention": ("attention_efficiency",), "eager": ("eager_traffic",), "fp8": ("fp8_efficiency",)}
 V100 = "V100-32GB"
 # the GPU presets each per-GPU parameter sets: an H200 is the H100's SXM5 die (same 989 TFLOP/s, clocks
 # and tensor cores) with more and faster HBM, which sim.cost times apart (GPU.hbm_bw)

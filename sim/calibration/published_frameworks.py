@@ -30,6 +30,8 @@ sim.simulate does not schedule it on this branch) and its 70B/405B tables (FP8 a
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sim.calibration.published_run import PublishedRun
 
 FOUNDRY = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md "
@@ -161,12 +163,91 @@ def _titan(table, gpus, tps, compiled):
 TORCHTITAN_H100 = (_titan("Table 1 (8 GPUs)", 8, 5762, False), _titan("Table 1 (8 GPUs)", 8, 6667, True),
                    _titan("Table 3 (128 GPUs)", 128, 5605, False), _titan("Table 3 (128 GPUs)", 128, 6514, True))
 
-FRAMEWORKS_H100 = FOUNDRY_H100 + TORCHTITAN_H100
+# llm-foundry's "H100 80GB FP8" table: (size, SeqLen, MFU %, MicroBatchSize, GradAccum, GlobalBatchSize, T/s/GPU,
+# activation checkpointing, NumParams); 8 GPUs, FULL_SHARD, amp_fp8 (Transformer Engine's FP8 linears)
+FOUNDRY_FP8_TABLE = (
+    ("3b", 32768, 14.38, 3, 6, 144, 5856, True, 2730480640), ("3b", 8192, 23.28, 3, 6, 144, 19146, False, 2667566080),
+    ("3b", 2048, 27.7, 10, 6, 480, 30586, False, 2651837440), ("3b", 512, 30.25, 40, 6, 1920, 36527, False, 2647905280),
+    ("1b", 32768, 17.55, 1, 4, 32, 12580, False, 1378865152), ("1b", 8192, 20.71, 2, 4, 64, 32010, False, 1328533504),
+    ("1b", 512, 29.06, 56, 4, 1792, 70315, False, 1312804864),
+)
+
+
+def _foundry_fp8(size, seq, mfu, mbs, accum, batch, tps, ckpt, params):
+    run = _foundry("H100 80GB FP8", size, seq, 8, mfu, mbs, accum, batch, tps, "FULL_SHARD", ckpt, params)
+    return replace(run, name=run.name + "-fp8", fp8=True, family="fp8",
+                   assumptions=run.assumptions + "; amp_fp8: the GEMMs in FP8 (Transformer Engine), attention in bf16")
+
+
+FOUNDRY_FP8 = tuple(_foundry_fp8(*row) for row in FOUNDRY_FP8_TABLE)
+
+_LLAMA70B = (("ffn", 28672), ("gated", True), ("norm", "rmsnorm"), ("kv_heads", 8), ("dropout", False),
+             ("bias", False), ("tied", False))
+TORCHTITAN_FP8 = (
+    replace(_titan("Table 1 (8 GPUs)", 8, 8532, True), name="torchtitan-llama3-8B-8-fp8", fp8=True, family="fp8",
+            source=f"{TITAN}: Table 1 row 'FSDP + torch.compile + Float8' (8,532 TPS/GPU)"),
+    replace(_titan("Table 3 (128 GPUs)", 128, 8380, True), name="torchtitan-llama3-8B-128-fp8", fp8=True,
+            family="fp8", source=f"{TITAN}: Table 3 row 'FSDP + torch.compile + Float8' (8,380 TPS/GPU)"),
+    PublishedRun(
+        "torchtitan-llama3-70B-256-fp8", f"{TITAN}: Table 4 row '2D' (829 TPS/GPU; FSDP 32, TP 8, local batch 16, "
+        "global batch 512, full activation checkpointing)", 80, 8192, 64, 256, 8, 1, 512, 16, "full",
+        sequence_parallel=True, iteration_time=512 * 8192 / (829 * 256), flops="sim", seq=8192, vocab=128256,
+        gpu="H100-80GB", node=_TITAN_NODE, zero_stage=3, precision="bf16", family="fp8", framework="fsdp2",
+        kernels="fused", fp8=True, shape=_LLAMA70B, attention="flash", positions="rotary",
+        reported=(("tokens_per_gpu_s", 829),),
+        assumptions="Llama 3.1 70B, sequence 8192 (llama3_70b.toml); FSDP2 over 32 groups of TP 8 with sequence "
+                    "parallelism, no async TP; one micro-batch of 16 sequences per rank; torch.compile as fused "
+                    "kernels; Float8 linears (FP8 GEMMs); the peak as in Table 1"),
+)
+
+NEMO = "NVIDIA/NeMo docs/source/performance/performance_summary.md @9c5c5e9709 (NeMo 24.07, DGX-H100, FP8)"
+_LLAMA2 = (("gated", True), ("norm", "rmsnorm"), ("dropout", False), ("bias", False), ("tied", False))
+_NEMOTRON = (("dropout", False), ("bias", False), ("tied", False))
+# name: (layers, hidden, heads, vocabulary, positions, shape) from NeMo's model configs (GPT-3: GPT-2's BPE padded
+# to 50304; Llama 2: Touvron et al. 2023; Nemotron: squared-ReLU MLP 4h, as Nemotron-4 15B); tests check that the
+# table's Model TFLOP/s/GPU follows from these shapes and its Tokens/s/GPU
+NEMO_SHAPES = {
+    "GPT3-5B": (24, 4096, 32, 50304, "learned", ()), "GPT3-20B": (44, 6144, 48, 50304, "learned", ()),
+    "GPT3-175B": (96, 12288, 96, 50304, "learned", ()),
+    "LLAMA2-7B": (32, 4096, 32, 32000, "rotary", _LLAMA2 + (("ffn", 11008),)),
+    "LLAMA2-13B": (40, 5120, 40, 32000, "rotary", _LLAMA2 + (("ffn", 13824),)),
+    "LLAMA2-70B": (80, 8192, 64, 32000, "rotary", _LLAMA2 + (("ffn", 28672), ("kv_heads", 8))),
+    "Nemotron-8B": (32, 4096, 32, 256000, "rotary", _NEMOTRON),
+    "Nemotron-22B": (40, 6144, 48, 256000, "rotary", _NEMOTRON),
+    "Nemotron-340B": (96, 18432, 96, 256000, "rotary", _NEMOTRON + (("ffn", 73728), ("kv_heads", 8))),
+}
+# Pretraining table: Model, #-GPUs, GBS, MBS, Sequence Length, TP, PP, VP, Tokens/sec/GPU, Model TFLOP/sec/GPU (CP 1)
+NEMO_TABLE = (
+    ("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 23406, 765), ("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 5851, 750),
+    ("GPT3-175B", 128, 256, 1, 2048, 4, 8, 6, 716, 771), ("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 6, 825, 888),
+    ("LLAMA2-7B", 8, 128, 1, 4096, 1, 1, 1, 16934, 780), ("LLAMA2-13B", 16, 128, 1, 4096, 1, 4, 10, 8715, 760),
+    ("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 20, 1728, 768), ("Nemotron-8B", 64, 256, 4, 4096, 2, 1, 1, 12507, 643),
+    ("Nemotron-22B", 64, 256, 2, 4096, 2, 4, 10, 4312, 562), ("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 12, 326, 686),
+)
+
+
+def _nemo(model, gpus, batch, mbs, seq, tp, pp, vp, tps, tflops):
+    layers, hidden, heads, vocab, positions, shape = NEMO_SHAPES[model]
+    return PublishedRun(
+        f"nemo-{model}-{gpus}", f"{NEMO}: Pretraining row '{model}, {gpus} GPUs, GBS {batch}' ({tps} tokens/s/GPU, "
+        f"{tflops} model TFLOP/s/GPU)", layers, hidden, heads, gpus, tp, pp, batch, mbs, "none",
+        sequence_parallel=tp > 1, virtual=vp, iteration_time=batch * seq / (tps * gpus), flops="sim", seq=seq,
+        vocab=vocab, gpu="H100-80GB", zero_stage=1, precision="bf16", overlap_dp=True, positions=positions,
+        family="fp8", shape=shape, attention="flash", fp8=True,
+        reported=(("tokens_per_gpu_s", tps), ("model_tflops_per_gpu", tflops)),
+        assumptions="Megatron-Core under NeMo: Transformer Engine FP8 GEMMs, bf16 attention (fused, causal), "
+                    "sequence parallelism with TP, the distributed optimizer as ZeRO-1 with the gradient "
+                    "reduction overlapped, interleaved 1F1B where VP > 1, no recomputation; TP communication "
+                    "overlap (userbuffers) not modelled: TP collectives block")
+
+
+NEMO_FP8 = tuple(_nemo(*row) for row in NEMO_TABLE)
+FP8_H100 = FOUNDRY_FP8 + TORCHTITAN_FP8 + NEMO_FP8
+
+FRAMEWORKS_H100 = FOUNDRY_H100 + TORCHTITAN_H100 + FP8_H100
 
 NOT_EXPRESSIBLE = (
-    (f"{FOUNDRY}, table 'H100 80GB FP8' (7 rows)", "FP8 GEMMs: the simulator has one 16-bit GEMM rate per GPU"),
-    (f"{TITAN}, Tables 1 and 3 '+ Float8' rows, Tables 4-6", "FP8 GEMMs and all-gathers; async TP; Tables 2 "
-     "and 6 context parallelism"),
-    ("NVIDIA/NeMo docs/source/performance/performance_summary.md @9c5c5e9709, Pretraining (12 rows)",
-     "FP8 throughout (Transformer Engine); LLAMA3-8B and -70B also context parallelism 2"),
+    (f"{TITAN}, Table 4 row '2D + AsyncTP', Table 5", "async TP (TP collectives decomposed into the GEMMs)"),
+    (f"{TITAN}, Tables 2 and 6", "context parallelism: sim.simulate does not schedule it on this branch"),
+    (f"{NEMO}, Pretraining rows LLAMA3-8B and LLAMA3-70B", "context parallelism 2"),
 )

@@ -23,7 +23,7 @@ from sim.spec.plan import Plan
 
 SEQ, VOCAB = 2048, 51200
 A100_PEAK = 312e12
-FAMILIES = ("megatron", "zero3", "offload", "h100", "fsdp")
+FAMILIES = ("megatron", "zero3", "offload", "h100", "fsdp", "fp8")
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class PublishedRun:
     a slot of their own (Llama 3); the simulation runs that many layers (``sim_model``), the FLOPs
     count the model's ``layers``. ``framework`` 'fsdp2' (family 'fsdp': PyTorch FSDP, data
     parallelism only) with ``reshard_after_forward`` (FULL_SHARD; False: SHARD_GRAD_OP);
-    ``kernels`` the Plan's 'fused' or 'eager'. ``node``: Cluster fields
+    ``kernels`` the Plan's 'fused' or 'eager'; ``fp8``: GEMMs in FP8 (the Plan's ``fp8``; family 'fp8'). ``node``: Cluster fields
     that differ from the ``gpu`` preset, as (name, value) pairs. ``assumptions``: what the paper
     does not say and the row assumes.
     """
@@ -86,6 +86,7 @@ class PublishedRun:
     framework: str | None = None
     reshard_after_forward: bool = True
     kernels: str = "fused"
+    fp8: bool = False
     assumptions: str = ""
 
     def __post_init__(self):
@@ -137,15 +138,16 @@ class PublishedRun:
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision=self.precision,
                     offload_optimizer=self.offload_optimizer, overlap_comm=self.overlap_dp or deepspeed,
                     reduce_bucket_size=12_500_000 if self.overlap_dp and not deepspeed else 500_000_000,
-                    gradient_clipping=1.0, attention=self.attention)
+                    gradient_clipping=1.0, attention=self.attention, kernels=self.kernels, fp8=self.fp8)
 
     def _fsdp_plan(self) -> Plan:
         """PyTorch FSDP: gradients reduce-scattered per block during the backward, bf16 gathers;
         SHARD_GRAD_OP keeps the gathered parameters from the forward to the backward."""
-        return Plan(zero_stage=3 if self.reshard_after_forward else 2, dp=self.dp, micro_batch_size=self.micro_batch,
+        return Plan(zero_stage=3 if self.reshard_after_forward else 2, tp=self.tp, dp=self.dp,
+                    sequence_parallel=self.sequence_parallel, micro_batch_size=self.micro_batch,
                     num_microbatches=self.num_microbatches, recompute=self.recompute, precision=self.precision,
                     overlap_comm=True, gradient_clipping=1.0, attention=self.attention, kernels=self.kernels,
-                    framework="fsdp2", reshard_after_forward=self.reshard_after_forward)
+                    framework="fsdp2", reshard_after_forward=self.reshard_after_forward, fp8=self.fp8)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""

@@ -46,7 +46,7 @@ def table(validation, fit=None, families=FAMILIES) -> str:
     return "\n".join(lines)
 
 
-HOPPER_FAMILIES = ("h100", "fsdp")
+HOPPER_FAMILIES = ("h100", "fsdp", "fp8")
 
 
 def config(run) -> str:
@@ -70,7 +70,8 @@ def h100_table(fit) -> str:
     rows = hopper_rows(fit)
     a100 = calibrate.with_params(fit.costs, {"h100": fit.values["efficiency"]})
     return (f"H100 (NVLink 4, 400 Gb/s per GPU; bf16 peak 989 TFLOP/s): h100 = {fit.values['h100']:.4f}, "
-            f"attention = {fit.values['attention']:.4f}, eager = {fit.values['eager']:.4f} fitted on the "
+            f"attention = {fit.values['attention']:.4f}, eager = {fit.values['eager']:.4f}, fp8 = {fit.values['fp8']:.4f} "
+            "fitted on the "
             "marked rows, the others held out\n"
             + table(calibrate.validate(fit.costs, rows), fit, HOPPER_FAMILIES)
             + f"\nthe same rows with the A100's GEMM efficiency ({fit.values['efficiency']:.4f}) on H100s:\n"

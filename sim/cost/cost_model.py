@@ -11,6 +11,8 @@ from zero_ref.memory import recipe
 from sim.cost.collectives import point_to_point, reduce_scatter, ring_all_reduce, tree_all_reduce
 from sim.cost.costs import Costs
 from sim.cost.work import Adam, Collective, Compute, Copy
+
+FP8_GPUS = ("H100-80GB", "H200-141GB")  # Hopper: dense FP8 at twice the 16-bit rate
 from sim.spec.topology import Link, group_link, group_ranks, p2p_link
 
 
@@ -34,6 +36,11 @@ class CostModel:
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))
         self.flops_rate = cluster.gpu.peak_flops * dict(c.efficiency_by_gpu).get(cluster.gpu.name, c.efficiency)
+        if getattr(plan, "fp8", False):  # FP8 tensor cores: twice the 16-bit peak, at their own share of it
+            if cluster.gpu.name not in FP8_GPUS:
+                raise ValueError(f"Plan.fp8 needs a GPU with FP8 tensor cores ({', '.join(FP8_GPUS)}), "
+                                 f"got {cluster.gpu.name}; use fp8=False")
+            self.flops_rate = 2 * cluster.gpu.peak_flops * c.fp8_efficiency
         self.eager = getattr(plan, "kernels", "fused") == "eager"
 
     def link_params(self, axis: str) -> tuple[int, float, float]:

@@ -44,7 +44,9 @@ class Plan:
     group, ``cp_kind`` 'ring' (ring attention) or 'ulysses' (DeepSpeed-Ulysses); the world is
     tp × cp × pp × dp, and ``sim.cost.context`` prices it. ``kernels``: 'fused' (Megatron's and
     Transformer Engine's fused kernels, torch.compile) or 'eager' (PyTorch eager, one kernel per op:
-    more element-wise bytes, ``Costs.eager_traffic``).
+    more element-wise bytes, ``Costs.eager_traffic``). ``fp8``: the GEMMs run in FP8 (Transformer
+    Engine, torchao's Float8 linears) at ``Costs.fp8_efficiency`` of the FP8 peak; attention, the
+    element-wise kernels, the collectives and the memory stay as ``precision`` says.
     """
 
     zero_stage: int = 0
@@ -70,6 +72,7 @@ class Plan:
     kernels: str = "fused"
     framework: str = "deepspeed"
     reshard_after_forward: bool = True
+    fp8: bool = False
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -86,6 +89,8 @@ class Plan:
         one_of("Plan", "cp_kind", self.cp_kind, CP_KINDS)
         one_of("Plan", "kernels", self.kernels, KERNELS)
         one_of("Plan", "framework", self.framework, FRAMEWORKS)
+        if not isinstance(self.fp8, bool):
+            raise ValueError(f"Plan.fp8 must be True or False, got {self.fp8!r}")
         if self.virtual > 1 and self.schedule != "interleaved":
             raise ValueError(f"Plan.virtual={self.virtual} needs schedule='interleaved' (got {self.schedule!r})")
         if self.schedule == "interleaved" and self.num_microbatches % self.pp:

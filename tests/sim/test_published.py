@@ -1,11 +1,11 @@
 """Validation rung 3: the simulator against published throughput (sim.calibration: published, validation).
 
-The cost model is calibrated on seven rows, one per constant (sim.calibration.calibrate.CALIBRATION:
+The cost model is calibrated on eight rows, one per constant (sim.calibration.calibrate.CALIBRATION:
 Korthikanti's 22B and 175B for the A100's GEMM efficiency and link efficiency, Narayanan's ZeRO-3
 175B on 768 GPUs for ZeRO-3's collective efficiency, Shoeybi's single-V100 1.2B for the V100's GEMM
 efficiency, Llama 3 405B on 8,192 H100s for the H100's, llm-foundry's MPT-1B at 32k tokens for
-FlashAttention's and at 2k tokens for eager element-wise traffic) and then predicts every other
-published row.
+FlashAttention's and at 2k tokens for eager element-wise traffic, NeMo's FP8 Llama 2 7B on 8 H100s
+for FP8 GEMMs) and then predicts every other published row.
 The bounds below are the errors reached, not targets chosen to pass: see the comments on each.
 """
 
@@ -191,7 +191,7 @@ def fitted():
     """The fit from round guesses (A100 GEMMs at half of peak, links at 0.8, ZeRO-3 as fast as any
     ring, one efficiency on every GPU): the solve must land on sim.Costs()'s defaults."""
     guesses = sim.Costs(efficiency=0.5, nvlink_efficiency=0.8, ib_efficiency=0.8, zero3_efficiency=1.0,
-                        efficiency_by_gpu=(), attention_efficiency=0.5, eager_traffic=1.0)
+                        efficiency_by_gpu=(), attention_efficiency=0.5, eager_traffic=1.0, fp8_efficiency=0.5)
     return calibrate.fit(base=guesses)
 
 
@@ -219,13 +219,14 @@ def test_calibration_sees_only_the_calibration_rows(monkeypatch):
     calibrate.fit()
     assert seen == set(calibrate.CALIBRATION) == {"korthikanti-22B-seqsel", "korthikanti-175B-seqsel",
                                                   "narayanan-t2-zero3-174.6B-768", "shoeybi-1.2B-1gpu",
-                                                  "llama3-405B-8192", "mpt-1b-s32768-8", "mpt-1b-s2048-8"}
+                                                  "llama3-405B-8192", "mpt-1b-s32768-8", "mpt-1b-s2048-8",
+                                                  "nemo-LLAMA2-7B-8"}
     assert not seen & {r.name for r in calibrate.held_out()}
-    assert len(calibrate.held_out()) == len(pub.ALL) - 7 == 34 + 4 + 72
+    assert len(calibrate.held_out()) == len(pub.ALL) - 8 == 34 + 4 + 72 + 19
 
 
 def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
-    """Seven rows, seven constants: the solve is exact (this only shows it converged)."""
+    """Eight rows, eight constants: the solve is exact (this only shows it converged)."""
     for name in calibrate.CALIBRATION:
         run = pub.get(name)
         assert calibrate.predict(run, fitted.costs) == pytest.approx(run.measured_time, rel=0.02)
@@ -249,11 +250,13 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
     by_gpu = dict(fitted.costs.efficiency_by_gpu)
     assert by_gpu["H100-80GB"] == by_gpu["H200-141GB"] == fitted.values["h100"]
     assert 0.1 < fitted.values["attention"] < 0.3 and 2 < fitted.values["eager"] < 4.5
+    # FP8 GEMMs (Transformer Engine) reach a smaller share of twice the peak than bf16 GEMMs of the peak
+    assert 0.5 < fitted.values["fp8"] < fitted.values["h100"]
     # the defaults a plain sim.simulate runs at are this fit, to the 6 digits it keeps
     assert sim.Costs() == fitted.costs == calibrate.calibrate()
     c = sim.cost.costs
     assert (c.EFFICIENCY, c.LINK_EFFICIENCY, c.ZERO3_EFFICIENCY, c.V100_EFFICIENCY, c.H100_EFFICIENCY,
-            c.ATTENTION_EFFICIENCY, c.EAGER_TRAFFIC) == tuple(fitted.values[p] for p in calibrate.PARAMS)
+            c.ATTENTION_EFFICIENCY, c.EAGER_TRAFFIC, c.FP8_EFFICIENCY) == tuple(fitted.values[p] for p in calibrate.PARAMS)
     # the layer's share of peak grows with its size through the element-wise kernels
     eff = [calibrate.effective_efficiency(n, fitted.costs) for n in
            ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "korthikanti-1T-seqsel")]
@@ -302,7 +305,7 @@ def test_h100_held_out_rows_are_predicted_within_the_error_reached(h100_report):
     assert len(held.rows) == 4 and held.mape_time <= 0.08 and held.mape_tflops <= 0.07
     table = validation.h100_table(calibrate.fit())
     assert "llama3-405B-8192 (fit)" in table and "mpt-1b-s2048-8 (fit)" in table
-    assert table.count("held-out MAPE over 76 rows") == 2
+    assert table.count("held-out MAPE over 95 rows") == 2
 
 
 def test_one_gemm_efficiency_serves_a100_and_h100_once_flash_attention_is_timed_apart(fitted):
@@ -385,8 +388,27 @@ def test_framework_rows_are_consistent_with_their_tables():
     for run in frameworks.TORCHTITAN_H100:
         assert run.global_batch * run.seq / (run.gpus * run.measured_time) == dict(run.reported)["tokens_per_gpu_s"]
         assert run.model().num_params == pytest.approx(8.03e9, rel=0.005)
-    assert all(r.source and r.assumptions and r.family == "fsdp" for r in frameworks.FRAMEWORKS_H100)
+    assert all(r.source and r.assumptions and r.family in ("fsdp", "fp8") for r in frameworks.FRAMEWORKS_H100)
     assert len(frameworks.NOT_EXPRESSIBLE) == 3 and all(why for _, why in frameworks.NOT_EXPRESSIBLE)
+
+
+def test_fp8_rows_are_consistent_with_their_tables():
+    """NeMo's Model TFLOP/s/GPU column follows from its Tokens/s/GPU and the shapes we give the models
+    (sim's model-FLOPs count: GPT-3's learned positions and 50304 vocabulary, Llama 2's SwiGLU and
+    grouped-query 70B, Nemotron's squared-ReLU MLP) within 1 TFLOP/s (the column's rounding); the
+    llm-foundry FP8 rows have their table's NumParams; every FP8 row runs its GEMMs in FP8 on H100s."""
+    assert len(frameworks.NEMO_FP8) == 10 and len(frameworks.FP8_H100) == 20
+    for run in frameworks.NEMO_FP8:
+        rep = dict(run.reported)
+        assert run.tflops_from_time(run.measured_time) == pytest.approx(rep["model_tflops_per_gpu"], abs=1.0), run.name
+    for run in frameworks.FOUNDRY_FP8:
+        assert run.model().num_params == dict(run.reported)["num_params"], run.name
+    for run in frameworks.FP8_H100:
+        assert run.fp8 and run.plan().fp8 and run.family == "fp8" and run.gpu == "H100-80GB"
+    with pytest.raises(ValueError, match="FP8 tensor cores"):
+        CostModel(sim.Cluster.preset("A100-80GB"), sim.Plan(fp8=True), sim.Costs())
+    cm = CostModel(sim.Cluster.preset("H100-80GB"), sim.Plan(fp8=True), sim.Costs(fp8_efficiency=0.5))
+    assert cm.duration(Compute(989e12)) == pytest.approx(1.0)
 
 
 def test_flash_attention_is_timed_as_its_causal_kernels_and_counted_unmasked():
@@ -423,15 +445,17 @@ def test_eager_kernels_move_more_bytes_and_fsdp_gathers_run_at_link_speed():
 
 
 def test_held_out_h100_rows_meet_the_issue_targets_with_the_default_constants():
-    """Issue 33's targets on every H100 row not fitted on (72 held-out rows from llm-foundry's and
-    torchtitan's tables, Llama 3 405B on 16,384 GPUs, Nemotron-4 15B), with sim.Costs()'s defaults:
-    mean step-time error ≤ 8 %, max ≤ 20 %. Reached: 4.3 % mean over 76 rows, worst MPT-30B at 8k
-    tokens on 8 GPUs −17.5 %, Nemotron-4 15B on 768 GPUs +13.6 %, torchtitan −10 to −12 % (its
-    'op' selective checkpointing recomputes a third of the GEMMs, which no Plan expresses)."""
+    """Issue 33's targets on every H100 row not fitted on (95 held-out rows: llm-foundry's and
+    torchtitan's bf16 and FP8 tables, NeMo's FP8 table, Llama 3 405B on 16,384 GPUs, Nemotron-4 15B),
+    with sim.Costs()'s defaults: mean step-time error ≤ 8 %, max ≤ 20 %. Reached: 4.8 % mean; worst
+    MPT-30B at 8k tokens on 8 GPUs −17.5 %, NeMo's Nemotron-22B −16.9 % and GPT3-5B −15.1 %,
+    Nemotron-4 15B on 768 GPUs +13.6 %, torchtitan −10 to −13 % (its 'op' selective checkpointing
+    recomputes a third of the GEMMs, which no Plan expresses). By family: FSDP 4.1 % over 72 rows,
+    FP8 7.1 % over 19, Llama 3 / Nemotron-4 7.5 % over 4."""
     rows = [r for r in calibrate.held_out() if r.family in validation.HOPPER_FAMILIES]
     report = calibrate.validate(sim.Costs(), rows)
-    assert len(report.rows) == 76 and not {r.name for r in report.rows} & set(calibrate.CALIBRATION)
-    assert report.mape_time <= 0.045
+    assert len(report.rows) == 95 and not {r.name for r in report.rows} & set(calibrate.CALIBRATION)
+    assert report.mape_time <= 0.05
     assert max(abs(r.time_error) for r in report.rows) <= 0.18
-    fsdp = [r for r in report.rows if pub.get(r.name).family == "fsdp"]
-    assert len(fsdp) == 72 and validation.family_mape(report, "fsdp") <= 0.045
+    fam = {f: validation.family_mape(report, f) for f in validation.HOPPER_FAMILIES}
+    assert fam["fsdp"] <= 0.045 and fam["fp8"] <= 0.075 and fam["h100"] <= 0.08
