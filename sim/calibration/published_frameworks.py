@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.calibration.published_run import PublishedRun
+from sim.cost.flops import op_sac_share
+from sim.spec.model import Model
 
 FOUNDRY = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md "
            "@8c8dd48f72168c5d51e2f7b151595892a8fba43d")
@@ -153,9 +155,11 @@ def _titan(table, gpus, tps, compiled):
         vocab=128256, gpu="H100-80GB", node=_TITAN_NODE, zero_stage=3, precision="bf16", family="fsdp",
         framework="fsdp2", kernels="fused" if compiled else "eager", shape=_LLAMA8B, attention="flash",
         positions="rotary", reported=(("tokens_per_gpu_s", tps),),
+        recompute_gemms=op_sac_share(Model("llama3-8B", 32, 4096, 32, 128256, 8192, **dict(_LLAMA8B))),
         assumptions="FSDP2 over all GPUs, reshard after forward; sequence 8192 (llama3_8b.toml); selective "
-                    "activation checkpointing 'op' (recomputes every second matmul of a block and its "
-                    "element-wise ops: about 37 % of the block's GEMMs, not modelled: recompute 'none'); "
+                    "activation checkpointing 'op' (parallelize_llama.py at 9dec370: every second matmul of a "
+                    "block recomputed, k, o and w3: 37 % of its GEMMs, recompute_gemms; its element-wise "
+                    "recomputation not modelled); "
                     "torch.compile as fused element-wise kernels; 500 W HBM2e H100s at 912 TFLOP/s, midway between "
                     "the SXM5's 989 and the NVL's 835 that the file's footnote brackets them by")
 

@@ -47,7 +47,7 @@ class PublishedRun:
     a slot of their own (Llama 3); the simulation runs that many layers (``sim_model``), the FLOPs
     count the model's ``layers``. ``framework`` 'fsdp2' (family 'fsdp': PyTorch FSDP, data
     parallelism only) with ``reshard_after_forward`` (FULL_SHARD; False: SHARD_GRAD_OP);
-    ``kernels`` the Plan's 'fused' or 'eager'; ``fp8``: GEMMs in FP8 (the Plan's ``fp8``; family 'fp8'). ``node``: Cluster fields
+    ``kernels`` the Plan's 'fused' or 'eager'; ``fp8``: GEMMs in FP8 (the Plan's ``fp8``; family 'fp8'); ``recompute_gemms`` the Plan's. ``node``: Cluster fields
     that differ from the ``gpu`` preset, as (name, value) pairs. ``assumptions``: what the paper
     does not say and the row assumes.
     """
@@ -87,6 +87,7 @@ class PublishedRun:
     reshard_after_forward: bool = True
     kernels: str = "fused"
     fp8: bool = False
+    recompute_gemms: float = 0.0
     assumptions: str = ""
 
     def __post_init__(self):
@@ -138,7 +139,8 @@ class PublishedRun:
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision=self.precision,
                     offload_optimizer=self.offload_optimizer, overlap_comm=self.overlap_dp or deepspeed,
                     reduce_bucket_size=12_500_000 if self.overlap_dp and not deepspeed else 500_000_000,
-                    gradient_clipping=1.0, attention=self.attention, kernels=self.kernels, fp8=self.fp8)
+                    gradient_clipping=1.0, attention=self.attention, kernels=self.kernels, fp8=self.fp8,
+                    recompute_gemms=self.recompute_gemms)
 
     def _fsdp_plan(self) -> Plan:
         """PyTorch FSDP: gradients reduce-scattered per block during the backward, bf16 gathers;
@@ -147,7 +149,8 @@ class PublishedRun:
                     sequence_parallel=self.sequence_parallel, micro_batch_size=self.micro_batch,
                     num_microbatches=self.num_microbatches, recompute=self.recompute, precision=self.precision,
                     overlap_comm=True, gradient_clipping=1.0, attention=self.attention, kernels=self.kernels,
-                    framework="fsdp2", reshard_after_forward=self.reshard_after_forward, fp8=self.fp8)
+                    framework="fsdp2", reshard_after_forward=self.reshard_after_forward, fp8=self.fp8,
+                    recompute_gemms=self.recompute_gemms)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""

@@ -88,7 +88,7 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     p, v, m, tp, b = plan.pp, plan.virtual, plan.num_microbatches, plan.tp, plan.micro_batch_size
     rc, sp, width = plan.recompute, plan.sequence_parallel, _width(plan)
     n = model.layers // (p * v)  # layers per model chunk
-    (fwd, fwd_a), (bwd, bwd_a) = ((g / tp, a / tp) for g, a in layer_flops(model, b, rc, plan.attention).values())
+    (fwd, fwd_a), (bwd, bwd_a) = ((g / tp, a / tp) for g, a in layer_flops(model, b, rc, plan.attention, plan.recompute_gemms).values())
     ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width, attention=plan.attention)
     ew_b = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"], "full": ew["forward"]}[rc]
     f_c, b_c = d(Compute(n * fwd, n * ew["forward"], n * fwd_a)), d(Compute(n * bwd, n * ew_b, n * bwd_a))

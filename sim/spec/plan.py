@@ -47,6 +47,8 @@ class Plan:
     more element-wise bytes, ``Costs.eager_traffic``). ``fp8``: the GEMMs run in FP8 (Transformer
     Engine, torchao's Float8 linears) at ``Costs.fp8_efficiency`` of the FP8 peak; attention, the
     element-wise kernels, the collectives and the memory stay as ``precision`` says.
+    ``recompute_gemms``: the share of each layer's projection GEMMs its backward runs again besides
+    ``recompute`` (per-op selective checkpointing, sim.cost.flops.op_sac_share; its memory is not modelled).
     """
 
     zero_stage: int = 0
@@ -73,6 +75,7 @@ class Plan:
     framework: str = "deepspeed"
     reshard_after_forward: bool = True
     fp8: bool = False
+    recompute_gemms: float = 0.0
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -91,6 +94,9 @@ class Plan:
         one_of("Plan", "framework", self.framework, FRAMEWORKS)
         if not isinstance(self.fp8, bool):
             raise ValueError(f"Plan.fp8 must be True or False, got {self.fp8!r}")
+        if isinstance(self.recompute_gemms, bool) or not isinstance(self.recompute_gemms, (int, float)) or not (
+                0 <= self.recompute_gemms <= 1):
+            raise ValueError(f"Plan.recompute_gemms must be a share between 0 and 1, got {self.recompute_gemms!r}")
         if self.virtual > 1 and self.schedule != "interleaved":
             raise ValueError(f"Plan.virtual={self.virtual} needs schedule='interleaved' (got {self.schedule!r})")
         if self.schedule == "interleaved" and self.num_microbatches % self.pp:

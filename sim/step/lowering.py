@@ -110,7 +110,7 @@ class _Lowering:
         b, sp, rc, att = plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.attention
         # (GEMM, FlashAttention) FLOPs per layer on one TP rank, forward and backward
         (self.layer_fwd_flops, self.layer_fwd_attn), (self.layer_bwd_flops, self.layer_bwd_attn) = (
-            (g / tp, a / tp) for g, a in layer_flops(model, b, rc, att).values())
+            (g / tp, a / tp) for g, a in layer_flops(model, b, rc, att, plan.recompute_gemms).values())
         self.head_flops = head_forward_flops(model, b) / tp if head else 0.0
         # element-wise kernels' bytes, forward and backward (plus what the backward recomputes)
         ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=self.width, attention=att)
