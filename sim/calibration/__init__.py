@@ -8,7 +8,7 @@ simulator's best estimate: ``efficiency`` (A100 GEMMs, 0.70) and ``nvlink_effici
 (0.38, Shoeybi et al.'s single-V100 1.2B) and the H100 and H200 (0.70, Llama 3 405B on 8,192
 H100s; the H200 is the same SXM5 die and clocks, its faster HBM timed through ``GPU.hbm_bw``);
 ``attention_efficiency`` (0.17, FlashAttention's causal kernels) and ``eager_traffic`` (3.1,
-PyTorch's unfused element-wise kernels) on llm-foundry's MPT-1B at 32k and 2k tokens on 8 H100s;
+PyTorch's unfused element-wise kernels) on llm-foundry's MPT-7B at 32k and MPT-1B at 2k tokens on 8 H100s;
 ``fp8_efficiency`` (0.65 of the FP8 peak) on NeMo's FP8 Llama 2 7B on 8 H100s.
 ``calibrate.validate`` reports the rows they were not fitted on (``python -m sim.calibration.validation``):
 34 A100/V100 rows at 6.1 % mean absolute error on step time, 95 H100 rows (llm-foundry's,

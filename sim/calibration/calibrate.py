@@ -6,7 +6,7 @@ What is fitted. Eight constants of ``sim.Costs``, on eight rows (``CALIBRATION``
 et al.'s Table 5, 22B and 175B with sequence parallelism + selective recomputation, 1.10 s and
 13.75 s; Narayanan et al.'s Table 2, ZeRO-3 175B on 768 GPUs, 88 TFLOP/s; Shoeybi et al.'s
 single-V100 baseline, 1.2B at 39 TFLOP/s; Llama 3's Table 4, 405B on 8,192 H100s, 430 TFLOP/s;
-llm-foundry's MPT-1B on 8 H100s at 32k and at 2k tokens; NeMo 24.07's FP8 Llama 2 7B on 8 H100s):
+llm-foundry's MPT-7B at 32k and MPT-1B at 2k tokens on 8 H100s; NeMo 24.07's FP8 Llama 2 7B on 8 H100s):
 
     efficiency      share of the A100's 312 TFLOP/s the GEMMs reach
     bandwidth       share of a link's bandwidth a collective reaches (nvlink_efficiency and
@@ -21,7 +21,9 @@ llm-foundry's MPT-1B on 8 H100s at 32k and at 2k tokens; NeMo 24.07's FP8 Llama 
                     of the A100's share: one GEMM efficiency per tensor-core generation.
     attention       share of peak FlashAttention's causal kernels reach on the FLOPs they run
                     (attention_efficiency; sim.cost.flops.layer_flops): the row with the most
-                    attention per token (MPT-1B at 32k tokens: 73 % of its FLOPs) fixes it.
+                    attention per token (MPT-7B at 32k tokens: 57 % of its FLOPs) fixes it;
+                    it carries 2023's kernels (llm-foundry's flash-attn), slower than 2024's
+                    Hopper kernels (Llama 3's CP16 row is +15 %, tests/sim/test_context.py).
     eager           how many times the counted element-wise bytes PyTorch's unfused kernels move
                     (eager_traffic, plans with kernels='eager'): a small model at 2k tokens,
                     where the element-wise kernels weigh most beside the GEMMs.
@@ -94,7 +96,7 @@ from sim.step.list_schedule import list_schedule
 from sim.step.lowering import build_graph
 
 CALIBRATION = ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "narayanan-t2-zero3-174.6B-768",
-               "shoeybi-1.2B-1gpu", "llama3-405B-8192", "mpt-1b-s32768-8", "mpt-1b-s2048-8", "nemo-LLAMA2-7B-8")
+               "shoeybi-1.2B-1gpu", "llama3-405B-8192", "mpt-7b-s32768-8", "mpt-1b-s2048-8", "nemo-LLAMA2-7B-8")
 PARAMS = ("efficiency", "bandwidth", "zero3", "v100", "h100", "attention", "eager", "fp8")
 _FIELDS = {"efficiency": ("efficiency",), "bandwidth": ("nvlink_efficiency", "ib_efficiency"),
            "zero3": ("zero3_efficiency",), "v100": ("efficiency_by_gpu",), "h100": ("efficiency_by_gpu",),

@@ -89,10 +89,13 @@ class PublishedRun:
     fp8: bool = False
     recompute_gemms: float = 0.0
     assumptions: str = ""
+    cp: int = 1              # context parallelism (Plan.cp, Plan.cp_kind)
+    cp_kind: str = "ring"
 
     def __post_init__(self):
-        if self.gpus % (self.tp * self.pp):
-            raise ValueError(f"{self.name}: {self.gpus} GPUs do not split into TP {self.tp} × PP {self.pp}")
+        if self.gpus % (self.tp * self.pp * self.cp):
+            raise ValueError(f"{self.name}: {self.gpus} GPUs do not split into TP {self.tp} × PP {self.pp} "
+                             f"× CP {self.cp}")
         if self.global_batch % (self.dp * self.micro_batch):
             raise ValueError(f"{self.name}: batch {self.global_batch} is not DP {self.dp} × micro-batch "
                              f"{self.micro_batch} × a whole number of micro-batches")
@@ -105,7 +108,7 @@ class PublishedRun:
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def num_microbatches(self) -> int:
@@ -140,7 +143,7 @@ class PublishedRun:
                     offload_optimizer=self.offload_optimizer, overlap_comm=self.overlap_dp or deepspeed,
                     reduce_bucket_size=12_500_000 if self.overlap_dp and not deepspeed else 500_000_000,
                     gradient_clipping=1.0, attention=self.attention, kernels=self.kernels, fp8=self.fp8,
-                    recompute_gemms=self.recompute_gemms)
+                    recompute_gemms=self.recompute_gemms, cp=self.cp, cp_kind=self.cp_kind)
 
     def _fsdp_plan(self) -> Plan:
         """PyTorch FSDP: gradients reduce-scattered per block during the backward, bf16 gathers;

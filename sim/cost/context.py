@@ -23,8 +23,9 @@ same formulas the real implementations send (``zero_ref.parallel.context``), per
 Ranks are laid out as Megatron does, tp fastest then cp (rank = t + tp·(c + cp·(d + dp·p))), so
 the cp group of rank 0 is [0, tp, 2·tp, ...]: on NVLink while tp·cp ≤ GPUs per node, else across
 InfiniBand (``sim.spec.topology.group_link``). Constraints: ring needs seq % (2·cp) = 0 (the zig-zag
-split); Ulysses needs heads/tp and kv_heads/tp divisible by cp. ``sim.simulate`` does not schedule
-context parallelism; this module prices it beside a simulated step.
+split); Ulysses needs heads/tp and kv_heads/tp divisible by cp. ``sim.simulate`` schedules the same
+traffic inside the step (sim.step.lowering, on the cp_comm stream); tests/sim/test_context.py checks
+that the step's exposed time equals ``step_exposed``.
 """
 from __future__ import annotations
 

@@ -1,6 +1,12 @@
 """How long work takes on one (cluster, plan): FLOPs → seconds on a roofline, bytes → seconds over
 the right link (the α-β formulas of sim.cost.collectives).
 
+With context parallelism the world is tp × cp × pp × dp, cp next to tp (Megatron's order,
+rank = t + tp·(c + cp·(d + dp·p))): the "cp" group is cp ranks tp apart, and the "dp" group is the
+dp·cp ranks that hold the same parameters, over which gradients are reduced and ZeRO shards
+(DeepSpeed's ``seq_data_parallel_group``: deepspeed/utils/groups.py,
+``_get_sequence_data_parallel_group``, used by engine.py ``_configure_zero_optimizer``).
+
 ZeRO-3's data-parallel collectives across nodes reach only ``Costs.zero3_efficiency`` of the link's
 bandwidth (DeepSpeed's per-parameter gathers; sim.calibration explains the constant); inside a node
 they run as any other collective.
@@ -28,9 +34,10 @@ class CostModel:
 
     def __init__(self, cluster, plan, costs: Costs | None = None):
         self.cluster, self.plan, self.costs = cluster, plan, costs or Costs()
-        c, tp, dp, pp = self.costs, plan.tp, plan.dp, plan.pp
+        c, tp, dp, pp, cp = self.costs, plan.tp, plan.dp * plan.cp, plan.pp, plan.cp  # dp: the dp·cp group
         self.links: dict[str, Link] = {axis: group_link(group_ranks(axis, tp, dp, pp), cluster)
                                        for axis in ("tp", "dp", "world")}
+        self.links["cp"] = group_link([k * tp for k in range(cp)], cluster)
         self.links["pp"] = p2p_link(tp, dp, cluster) if pp > 1 else Link("nvlink", cluster.nvlink_bw, 1, 1)
         r = recipe(plan.precision)
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
@@ -87,10 +94,10 @@ class CostModel:
         """Seconds of one collective ``op`` on ``nbytes`` over the ``axis`` group."""
         if op == "all_reduce":
             return self.all_reduce(nbytes, axis)[0]
-        if op == "p2p":
-            _, a, bw = self.link_params("pp")
+        if op == "p2p":  # to the next pipeline stage, or the next rank of the cp ring
+            _, a, bw = self.link_params(axis)
             return point_to_point(nbytes, a, bw)
-        return reduce_scatter(nbytes, *self.gather_params(axis))
+        return reduce_scatter(nbytes, *self.gather_params(axis))  # all-gather and all-to-all cost the same
 
     def copy(self, link: str, nbytes: float) -> float:
         """Seconds to move ``nbytes`` host ↔ device (PCIe) or to/from this GPU's share of the node's NVMe."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "p2p")
-AXES = ("tp", "dp", "pp", "world")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+AXES = ("tp", "cp", "dp", "pp", "world")
 LINKS = ("h2d", "d2h", "nvme_read", "nvme_write")
 
 
@@ -23,7 +23,7 @@ class Compute:
 
 @dataclass(frozen=True)
 class Collective:
-    """``op`` on ``nbytes`` over the ``axis`` group (p2p: to the neighbouring stage), ``count`` times back to back."""
+    """``op`` on ``nbytes`` over the ``axis`` group (p2p: to the neighbouring stage or cp rank), ``count`` times back to back."""
 
     op: str
     nbytes: float

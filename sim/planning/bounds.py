@@ -19,7 +19,9 @@ and blocking TP collectives form one chain), and its last backward must then tra
 through stages s−1 … 0; then stage 0 runs its optimizer step (ZeRO-1/2: and all-gathers the
 updated parameters). Streams that run one task at a time give further bounds, the sum of their
 tasks: the DP stream (ZeRO-2/3 reduce-scatters every backward, ZeRO-3 gathers every layer
-group twice per micro-batch), parameter copies from the host or NVMe.
+group twice per micro-batch), parameter copies from the host or NVMe. Context parallelism
+divides a rank's compute, activations and messages by cp and ZeRO's shards by dp·cp; its own
+traffic is left out (free), which keeps the bounds below the simulator's.
 tests/sim/test_search.py checks both bounds against the simulator on random plans.
 """
 from __future__ import annotations
@@ -39,7 +41,7 @@ def _width(plan) -> int:
 
 
 def _is_zero3_gathering(plan) -> bool:
-    return plan.zero_stage == 3 and (plan.dp > 1 or plan.offload_param != "none")
+    return plan.zero_stage == 3 and (plan.dp * plan.cp > 1 or plan.offload_param != "none")
 
 
 @lru_cache(maxsize=4096)
@@ -57,7 +59,7 @@ def memory_lower_bound(model, plan) -> dict[str, float]:
     states = sum(static["gpu"].values())
     p, v, m = plan.pp, plan.virtual, plan.num_microbatches
     b, tp, sp, rc = plan.micro_batch_size, plan.tp, plan.sequence_parallel, plan.recompute
-    act = lambda r: _layer_activations(model, b, tp, sp, r, _width(plan), plan.attention)
+    act = lambda r: _layer_activations(model, b, tp, sp, r, _width(plan), plan.attention) / plan.cp
     per_chunk = model.layers // (p * v)
     in_flight = min(warmup_count(plan.schedule, p, m, 0, v) + 1, v * m)
     activations = in_flight * per_chunk * act(rc)
@@ -68,7 +70,7 @@ def memory_lower_bound(model, plan) -> dict[str, float]:
     layer_params = model.num_params / (tp * model.layers)
     if _is_zero3_gathering(plan):
         transient += layer_params * r.bytes_per_param("params")
-    if plan.zero_stage >= 2 and plan.dp > 1:
+    if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
         transient += layer_params * r.bytes_per_param("grads")
     return {"states": states, "activations": activations, "transient": transient,
             "total": states + activations + transient,
@@ -86,36 +88,39 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     cm = cost_model or CostModel(cluster, plan, costs)
     d = cm.duration
     p, v, m, tp, b = plan.pp, plan.virtual, plan.num_microbatches, plan.tp, plan.micro_batch_size
-    rc, sp, width = plan.recompute, plan.sequence_parallel, _width(plan)
+    rc, sp, width, cp = plan.recompute, plan.sequence_parallel, _width(plan), plan.cp
+    dp = plan.dp * cp  # the ranks holding the same parameters
     n = model.layers // (p * v)  # layers per model chunk
-    (fwd, fwd_a), (bwd, bwd_a) = ((g / tp, a / tp) for g, a in layer_flops(model, b, rc, plan.attention, plan.recompute_gemms).values())
-    ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width, attention=plan.attention)
+    (fwd, fwd_a), (bwd, bwd_a) = ((g / (tp * cp), a / (tp * cp))
+                                  for g, a in layer_flops(model, b, rc, plan.attention, plan.recompute_gemms).values())
+    ew = {k: x / cp for k, x in layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width,
+                                                         attention=plan.attention).items()}
     ew_b = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"], "full": ew["forward"]}[rc]
     f_c, b_c = d(Compute(n * fwd, n * ew["forward"], n * fwd_a)), d(Compute(n * bwd, n * ew_b, n * bwd_a))
     if tp > 1:
-        msg = 2 * width * b * model.seq * model.hidden
+        msg = 2 * width * b * model.seq * model.hidden / cp
         op, per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)
         f_c += d(Collective(op, msg, "tp", per_layer * n))
         b_c += d(Collective(op, msg, "tp", per_layer * n * (2 if rc == "full" else 1)))
-    hf = head_forward_flops(model, b) / tp if head else 0.0
+    hf = head_forward_flops(model, b) / (tp * cp) if head else 0.0
     head_time = m * (d(Compute(hf)) + d(Compute(2 * hf)))
-    send = d(Collective("p2p", 2 * width * b * model.seq * model.hidden / tp, "pp")) if p > 1 else 0.0
+    send = d(Collective("p2p", 2 * width * b * model.seq * model.hidden / (tp * cp), "pp")) if p > 1 else 0.0
     chain = max(s * (f_c + b_c + 2 * send) + v * m * (f_c + b_c) + (head_time if s == p - 1 else 0.0)
                 for s in range(p))
 
     r = recipe(plan.precision)
     pb, gb = r.bytes_per_param("params"), r.bytes_per_param("grads")
     params = model.num_params / (tp * p)                    # on one rank of one stage
-    shard = params / plan.dp if plan.zero_stage >= 1 else params
+    shard = params / dp if plan.zero_stage >= 1 else params
     optimizer = d(Adam(shard, "gpu" if plan.offload_optimizer == "none" else "cpu"))
-    if plan.zero_stage in (1, 2) and plan.dp > 1:  # the updated parameters are all-gathered after the update
+    if plan.zero_stage in (1, 2) and dp > 1:  # the updated parameters are all-gathered after the update
         optimizer = max(optimizer, d(Collective("all_gather", params * pb, "dp")))
     bound = chain + optimizer
 
     # The DP stream runs one collective at a time: its busy time bounds the step too. Every
     # backward of ZeRO-2/3 reduce-scatters its chunk's gradients (in buckets: at least one α);
     # ZeRO-3 gathers every group of every op's chunk.
-    if plan.dp > 1:
+    if dp > 1:
         chunk = params / v
         if plan.zero_stage >= 2:
             bound = max(bound, v * m * d(Collective("reduce_scatter", chunk * gb, "dp")))
@@ -127,7 +132,7 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     if _is_zero3_gathering(plan) and plan.offload_param != "none":  # parameter copies, one at a time
         gl = n if granularity is None else granularity
         fetches, group = 2 * v * m * (n // gl), params / (v * (n // gl))
-        bound = max(bound, fetches * d(Copy("h2d", group / plan.dp * pb)))
+        bound = max(bound, fetches * d(Copy("h2d", group / dp * pb)))
         if plan.offload_param == "nvme":
-            bound = max(bound, fetches * d(Copy("nvme_read", group / plan.dp * pb)))
+            bound = max(bound, fetches * d(Copy("nvme_read", group / dp * pb)))
     return bound

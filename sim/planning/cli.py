@@ -10,7 +10,8 @@ FlashAttention (``--attention``, as today's runs use it) and DeepSpeed's constra
 and the peak GPU memory of the first pipeline stage by category, and the host memory the
 offloaded states take. ``--write-config`` writes the first plan as a DeepSpeed config (what
 zero_ref.config.parse and DeepSpeed read); tp, pp, recomputation, sequence parallelism and the
-attention kernel are not DeepSpeed config keys, so they are printed for the launcher and model code.
+attention kernel, and context parallelism (cp: DeepSpeed-Ulysses, or ring attention with ``--framework any``)
+are not DeepSpeed config keys, so they are printed for the launcher and model code.
 Impossible requests (a model too big for the cluster, a batch that does not divide) end with a
 one-line error and exit status 2.
 """
@@ -125,6 +126,7 @@ def main(argv=None) -> int:
     print(table(result, best))
     chosen = best[0][0].plan
     print(f"\nchosen: {search.describe(chosen)}; outside the DeepSpeed config: tp={chosen.tp} pp={chosen.pp} "
+          f"cp={chosen.cp}{f' ({chosen.cp_kind})' if chosen.cp > 1 else ''} "
           f"recompute={chosen.recompute} sequence_parallel={chosen.sequence_parallel} schedule={chosen.schedule} "
           f"attention={chosen.attention}")
     if args.write_config:

@@ -10,7 +10,9 @@ Three steps.
 
 1. Enumerate (``Space``): tp divides the heads (and the key/value groups) and fits in a node
    unless ``Space.tp`` names larger degrees, pp divides the layers,
-   dp = world / (tp·pp); ZeRO stage 0–3; a micro-batch size, with the accumulation steps
+   cp splits long sequences (``Space.cp``: ring attention where the sequence splits into 2·cp
+   zig-zag chunks, Ulysses where the heads per TP rank divide by cp), dp = world / (tp·cp·pp);
+   ZeRO stage 0–3; a micro-batch size, with the accumulation steps
    (= pipeline micro-batches) that reach the global batch; 1F1B or interleaved (v chunks per
    stage); recomputation none / selective / full; sequence parallelism; offload options. By
    default only what DeepSpeed 0.19.8 runs: ZeRO-2 and ZeRO-3 only without pipeline parallelism
@@ -38,11 +40,12 @@ from sim.cost.cost_model import CostModel
 from sim.planning.bounds import memory_lower_bound, time_lower_bound
 from sim.spec.hardware import Cluster
 from sim.spec.model import Model
-from sim.spec.plan import Plan
+from sim.spec.plan import CP_KINDS, Plan
 from sim.step.simulate import simulate
 
 GiB = 2**30
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "nvme"))
+LONG_SEQUENCE = 8192  # the default search tries cp > 1 from this sequence length on
 NODE_BUDGET = 12_000  # task-graph nodes per simulated plan (sets the granularity, see granularity_for)
 
 
@@ -62,6 +65,11 @@ class Space:
     precision: str | None = None                  # None: bf16 where the GPU has it, else fp16
     gradient_clipping: float = 1.0
     attention: str = "eager"                    # every plan's attention ('flash' for today's runs)
+    # Context-parallel degrees; None: 1, and from LONG_SEQUENCE tokens on every power of two the
+    # model and the world allow. ``cp_kinds`` None: the framework's (DeepSpeed 0.19.8 ships Ulysses,
+    # deepspeed/sequence/layer.py DistributedAttention, and no ring attention; 'any': both).
+    cp: tuple[int, ...] | None = None
+    cp_kinds: tuple[str, ...] | None = None
     # Which framework must be able to run the plan. 'deepspeed': DeepSpeed 0.19.8's
     # PipelineEngine.__init__ (deepspeed/runtime/pipe/engine.py) asserts
     # zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are incompatible
@@ -74,10 +82,17 @@ class Space:
     def __post_init__(self):
         if self.framework not in ("deepspeed", "any"):
             raise ValueError(f"Space.framework must be 'deepspeed' or 'any', got {self.framework!r}")
+        if self.cp_kinds is not None and (not self.cp_kinds or set(self.cp_kinds) - set(CP_KINDS)):
+            raise ValueError(f"Space.cp_kinds must name some of {CP_KINDS}, got {self.cp_kinds!r}")
         if self.attention not in ("eager", "flash"):
             raise ValueError(f"Space.attention must be 'eager' or 'flash', got {self.attention!r}")
         if self.max_zero_with_pp is not None and self.max_zero_with_pp not in (0, 1, 2, 3):
             raise ValueError(f"Space.max_zero_with_pp must be 0-3 or None, got {self.max_zero_with_pp!r}")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The cp kinds to search."""
+        return self.cp_kinds or (("ulysses",) if self.framework == "deepspeed" else CP_KINDS)
 
     @property
     def zero_with_pp(self) -> int:
@@ -158,17 +173,33 @@ class SearchResult:
 
 
 def describe(plan: Plan) -> str:
-    """A short name: 'tp8 pp16 dp8 Z1 mbs1 m192 1f1b rc=sel sp'."""
+    """A short name: 'tp8 pp16 dp8 Z1 mbs1 m192 1f1b rc=sel sp' ('tp8 cp2u ...': cp 2 Ulysses; 'cp2r': ring)."""
     sched = f"int{plan.virtual}" if plan.schedule == "interleaved" else plan.schedule
     rc = {"none": "", "selective": " rc=sel", "full": " rc=full"}[plan.recompute]
     off = "" if plan.offload_optimizer == "none" else f" off={plan.offload_optimizer}"
     off += "" if plan.offload_param == "none" else f"+param:{plan.offload_param}"
-    return (f"tp{plan.tp} pp{plan.pp} dp{plan.dp} Z{plan.zero_stage} mbs{plan.micro_batch_size} "
+    cp = f" cp{plan.cp}{plan.cp_kind[0]}" if plan.cp > 1 else ""
+    return (f"tp{plan.tp}{cp} pp{plan.pp} dp{plan.dp} Z{plan.zero_stage} mbs{plan.micro_batch_size} "
             f"m{plan.num_microbatches} {sched}{rc}{' sp' if plan.sequence_parallel else ''}{off}")
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def context_degrees(model: Model, tp: int, world: int, space: Space) -> list[tuple[int, str]]:
+    """(cp, cp_kind) pairs to try with ``tp``: cp = 1, and each cp > 1 of ``space`` the model splits into."""
+    if space.cp is None:
+        cps = [c for c in _divisors(world // tp) if c > 1 and c & (c - 1) == 0] if model.seq >= LONG_SEQUENCE else []
+    else:
+        cps = [c for c in space.cp if c > 1 and (world // tp) % c == 0]
+    out = [(1, "ring")] if space.cp is None or 1 in space.cp else []
+    for c in cps:
+        for kind in space.kinds:
+            if kind == "ring" and model.seq % (2 * c) == 0 or kind == "ulysses" and (
+                    model.heads // tp) % c == 0 and (model.key_value_heads // tp) % c == 0:
+                out.append((c, kind))
+    return out
 
 
 def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Space | None = None) -> list[Plan]:
@@ -183,9 +214,16 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
     pps = [p for p in (space.pp or _divisors(model.layers)) if model.layers % p == 0]
     plans = []
     for tp, pp in itertools.product(tps, pps):
-        if world % (tp * pp):
-            continue
-        dp = world // (tp * pp)
+        for cp, kind in context_degrees(model, tp, world, space):
+            plans += _plans_of(model, space, world, tp, cp, kind, pp, global_batch, precision)
+    return plans
+
+
+def _plans_of(model, space, world, tp, cp, kind, pp, global_batch, precision) -> list[Plan]:
+    """The plans of one (tp, cp, cp_kind, pp) in ``space``."""
+    plans = []
+    if world % (tp * cp * pp) == 0:
+        dp = world // (tp * cp * pp)
         for mbs in space.micro_batch_sizes:
             if global_batch % (dp * mbs):
                 continue
@@ -202,7 +240,8 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
                 plans.append(Plan(zero_stage=zero, tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, num_microbatches=m,
                                   schedule=schedule, virtual=v, recompute=rc, sequence_parallel=sp,
                                   precision=precision, offload_optimizer=off_opt, offload_param=off_par,
-                                  gradient_clipping=space.gradient_clipping, attention=space.attention))
+                                  gradient_clipping=space.gradient_clipping, attention=space.attention,
+                                  cp=cp, cp_kind=kind))
     return plans
 
 
@@ -210,8 +249,9 @@ def granularity_for(model: Model, plan: Plan, node_budget: int = NODE_BUDGET) ->
     """Layers per graph node: the finest split of a model chunk whose graph stays within ``node_budget``
     nodes (sim.step.lowering's 'auto' rule with a smaller budget, so a search can afford many plans)."""
     per_chunk = model.layers // (plan.pp * plan.virtual)
-    z3 = plan.zero_stage == 3 and (plan.dp > 1 or plan.offload_param != "none")
+    z3 = plan.zero_stage == 3 and (plan.dp * plan.cp > 1 or plan.offload_param != "none")
     ops, per_group = 2 * plan.pp * plan.virtual * plan.num_microbatches, 2 + (plan.tp > 1) + 3 * z3
+    per_group += 4 * plan.cp + 6 if plan.cp > 1 else 0  # the attention blocks and cp transfers
     for g in _divisors(per_chunk):
         if ops * (per_chunk // g) * per_group <= node_budget:
             return g
@@ -276,7 +316,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
             row.reason = reason
             continue
         # all a CostModel's links and rates depend on (ZeRO-3's data-parallel collectives have their own efficiency)
-        key = (plan.tp, plan.pp, plan.dp, plan.precision, plan.zero_stage == 3)
+        key = (plan.tp, plan.cp, plan.pp, plan.dp, plan.precision, plan.zero_stage == 3)
         if key not in cost_models:
             cost_models[key] = CostModel(cluster, plan, costs)
         row.time_bound = time_lower_bound(model, cluster, plan, costs, granularity=g, cost_model=cost_models[key])

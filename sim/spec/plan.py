@@ -42,8 +42,9 @@ class Plan:
     (Megatron-LM and DeepSpeed, 2020–2022) materialised the scores; plans for today's runs say
     'flash' (``python -m sim plan`` does). ``cp`` splits each sequence over a context-parallel
     group, ``cp_kind`` 'ring' (ring attention) or 'ulysses' (DeepSpeed-Ulysses); the world is
-    tp × cp × pp × dp, and ``sim.cost.context`` prices it. ``kernels``: 'fused' (Megatron's and
-    Transformer Engine's fused kernels, torch.compile) or 'eager' (PyTorch eager, one kernel per op:
+    tp × cp × pp × dp, the cp group holding the same parameters as its dp group (gradients and
+    ZeRO span dp·cp ranks); ``sim.simulate`` schedules its traffic (sim.step.lowering).
+    ``kernels``: 'fused' (Megatron's and Transformer Engine's fused kernels, torch.compile) or 'eager' (PyTorch eager, one kernel per op:
     more element-wise bytes, ``Costs.eager_traffic``). ``fp8``: the GEMMs run in FP8 (Transformer
     Engine, torchao's Float8 linears) at ``Costs.fp8_efficiency`` of the FP8 peak; attention, the
     element-wise kernels, the collectives and the memory stay as ``precision`` says.
@@ -157,7 +158,7 @@ class Plan:
         the accumulation steps being the pipeline's micro-batches), bf16/fp16, zero_optimization
         and gradient_clipping. The rest of a plan is not in a DeepSpeed config: tp and pp belong to
         the launcher and the model (Megatron's mpu, DeepSpeed's PipelineModule), recompute,
-        sequence_parallel, schedule, virtual and attention to the model code. So
+        sequence_parallel, schedule, virtual, attention and cp (with cp_kind) to the model code. So
         ``Plan.from_deepspeed(plan.to_deepspeed(), plan.world_size, plan.tp, plan.pp, recompute=...,
         sequence_parallel=..., schedule=..., virtual=..., attention=...) == plan``. NVMe offload writes ``nvme_path``;
         ``extra`` adds top-level sections (an "optimizer", "steps_per_print", ...).

@@ -97,16 +97,18 @@ class Contention:
                  policy: str = "fair", max_live_params: float | None = None, hbm: bool = False) -> "Contention":
         """The contention of ``plan`` on ``cluster``.
 
-        ``share_ib``: when both the DP group and the pipeline neighbours are across nodes, the
-        dp_comm and pp_comm streams share the NIC. ``pcie``: None (H2D and D2H each have a
+        ``share_ib``: the streams whose groups cross nodes (DP, the pipeline neighbours, CP)
+        share the NIC. ``pcie``: None (H2D and D2H each have a
         direction of the full-duplex link), or 'fair'/'fifo' to make them share one.
         ``max_live_params``: ZeRO-3's stage3_max_live_parameters (elements per rank).
         ``hbm``: cap every stage at the GPU's memory (a plan that does not fit raises DoesNotFit).
         """
         cm = CostModel(cluster, plan, costs)
         links = []
-        if share_ib and plan.pp > 1 and plan.dp > 1 and cm.links["dp"].kind == cm.links["pp"].kind == "ib":
-            links.append(SharedLink("ib", ("dp_comm", "pp_comm"), policy))
+        degrees = {"dp_comm": ("dp", plan.dp * plan.cp), "pp_comm": ("pp", plan.pp), "cp_comm": ("cp", plan.cp)}
+        on_ib = tuple(st for st, (axis, n) in degrees.items() if n > 1 and cm.links[axis].kind == "ib")
+        if share_ib and len(on_ib) > 1:
+            links.append(SharedLink("ib", on_ib, policy))
         if pcie is not None:
             links.append(SharedLink("pcie", ("h2d", "d2h"), pcie))
         caps = []

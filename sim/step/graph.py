@@ -9,9 +9,10 @@ at its start or end. sim.step.lowering builds it from (model, plan).
 """
 from __future__ import annotations
 
-STREAMS = ("compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "nvme", "cpu")
+STREAMS = ("compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "nvme", "cpu", "cp_comm")
 KINDS = ("forward", "backward", "tp_comm", "send_fwd", "send_bwd", "zero3_gather", "grad_reduce", "grad_norm",
-         "optimizer", "param_gather", "cpu_adam", "h2d", "d2h", "nvme_read", "nvme_write")
+         "optimizer", "param_gather", "cpu_adam", "h2d", "d2h", "nvme_read", "nvme_write",
+         "attention", "cp_send", "cp_all_to_all")
 CATEGORIES = ("param", "grad", "optim", "activation", "zero3_gathered", "comm_bucket")
 TIERS = ("gpu", "cpu", "nvme")
 _S, _K, _C, _T = ({n: i for i, n in enumerate(x)} for x in (STREAMS, KINDS, CATEGORIES, TIERS))

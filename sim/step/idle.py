@@ -10,7 +10,7 @@ charged to a cause:
                    everything that delays the other stages, their imbalance included); also the
                    end of the step after this stage's own last node
     p2p_wait       a pipeline send (activation or gradient) in flight
-    exposed_comm   a TP or DP/ZeRO collective on this stage (all-reduce, reduce-scatter, ZeRO-3
+    exposed_comm   a TP, CP or DP/ZeRO collective on this stage (all-reduce, reduce-scatter, ZeRO-3
                    gather, gradient norm, parameter all-gather) that compute could not hide
     offload_stall  a PCIe copy, NVMe read/write or CPU Adam on this stage
     memory_wait    (event engine) a compute node whose inputs were ready, waiting for memory
@@ -29,7 +29,7 @@ from sim.step.graph import STREAMS
 CAUSES = ("fill_drain", "p2p_wait", "exposed_comm", "offload_stall", "memory_wait")
 CAUSE_LABELS = {"fill_drain": "fill/drain", "p2p_wait": "p2p wait", "exposed_comm": "exposed comm",
                 "offload_stall": "offload stall", "memory_wait": "memory wait"}
-_CAUSE_OF_STREAM = {"tp_comm": "exposed_comm", "dp_comm": "exposed_comm", "pp_comm": "p2p_wait",
+_CAUSE_OF_STREAM = {"tp_comm": "exposed_comm", "dp_comm": "exposed_comm", "cp_comm": "exposed_comm", "pp_comm": "p2p_wait",
                     "h2d": "offload_stall", "d2h": "offload_stall", "nvme": "offload_stall", "cpu": "offload_stall"}
 
 

@@ -25,13 +25,33 @@ what Narayanan et al.'s ZeRO-3 times show (sim.calibration). ``BACKWARD_GATHER``
 
 Parameters are spread evenly over the layers (Ψ/L each, embeddings included), as zero_ref.memory
 splits Ψ evenly over tp·pp; the output head's FLOPs (2bshV) run on the last stage when ``head``.
+
+Context parallelism (Plan.cp > 1) gives each rank s/cp tokens of every sequence: its FLOPs,
+element-wise bytes, activations and TP/PP messages fall as 1/cp, and its gradients are reduced
+(and ZeRO shards) over the dp·cp ranks that hold the same parameters. A group's compute splits
+around its attention core, which talks over the cp group on the cp_comm stream:
+
+    ring     forward: cp attention blocks, one per K/V block; the send of the next block runs
+             beside the current block (cp − 1 sends). Backward: cp blocks of backward attention,
+             beside each of the first cp − 1 a send of a K/V block and a dK/dV block; the last
+             dK/dV is sent home after the last block, and the rest of the backward waits for it.
+    ulysses  all-to-alls of Q, K and V before the attention core and of its output after it
+             (in backward of the output's gradient before, of dQ, dK, dV after), blocking compute.
+
+A group of L layers carries each layer's traffic L times over (``count``) beside L layers of
+attention per block: the same time as L rings one after another, since each step takes
+max(attention, send) and both scale with L. Full recompute repeats the forward's traffic in the
+backward; selective recompute and FlashAttention recompute the scores block by block from the
+K/V at hand, with no traffic of their own.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from zero_ref.memory import recipe
-from sim.cost.flops import head_forward_flops, layer_elementwise_bytes, layer_flops
+from zero_ref.parallel.context import ring_bytes
+from sim.cost import context
+from sim.cost.flops import CAUSAL, attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step.graph import TaskGraph
 from sim.step.pipeline import dependency, schedule_order
@@ -93,11 +113,15 @@ class _Lowering:
     def __init__(self, model, plan, granularity, head: bool):
         stages, virtual, tp = plan.pp, plan.virtual, plan.tp
         model.check_tp(tp)
-        self.model, self.plan, self.tp, self.dp = model, plan, tp, plan.dp
+        cp = plan.cp
+        if cp > 1:
+            context.check(model, plan)
+        # the gradient reduce and ZeRO's shards span the dp·cp ranks holding the same parameters
+        self.model, self.plan, self.tp, self.cp, self.dp = model, plan, tp, cp, plan.dp * cp
         self.stages, self.virtual, self.microbatches = stages, virtual, plan.num_microbatches
-        self.gathers_params = plan.zero_stage == 3 and (plan.dp > 1 or plan.offload_param != "none")
+        self.gathers_params = plan.zero_stage == 3 and (self.dp > 1 or plan.offload_param != "none")
         self.chunk_layers = layer_split(model.layers, stages * virtual)  # layers of virtual stage c·p + s
-        nodes_per_group = 2 + (tp > 1) + 3 * self.gathers_params
+        nodes_per_group = 2 + (tp > 1) + 3 * self.gathers_params + (4 * cp + 6 if cp > 1 else 0)
         self.group_layers = _group_sizes(granularity, self.chunk_layers, 2 * stages * virtual * self.microbatches,
                                          nodes_per_group)
         self.graph = TaskGraph(stages, virtual, max(self.group_layers),
@@ -108,16 +132,19 @@ class _Lowering:
         self.param_bytes, self.grad_bytes = r.bytes_per_param("params"), r.bytes_per_param("grads")
         self.width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
         b, sp, rc, att = plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.attention
-        # (GEMM, FlashAttention) FLOPs per layer on one TP rank, forward and backward
+        # (GEMM, FlashAttention) FLOPs per layer on one rank, forward and backward
         (self.layer_fwd_flops, self.layer_fwd_attn), (self.layer_bwd_flops, self.layer_bwd_attn) = (
-            (g / tp, a / tp) for g, a in layer_flops(model, b, rc, att, plan.recompute_gemms).values())
-        self.head_flops = head_forward_flops(model, b) / tp if head else 0.0
+            (g / (tp * cp), a / (tp * cp)) for g, a in layer_flops(model, b, rc, att, plan.recompute_gemms).values())
+        self.head_flops = head_forward_flops(model, b) / (tp * cp) if head else 0.0
+        if cp > 1:
+            self.context_parallel_terms(model, b)
         # element-wise kernels' bytes, forward and backward (plus what the backward recomputes)
         ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=self.width, attention=att)
+        ew = {k: v / cp for k, v in ew.items()}  # s/cp tokens' queries (against all s keys)
         self.layer_fwd_bytes = ew["forward"]
         self.layer_bwd_bytes = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"],
                                                  "full": ew["forward"]}[rc]
-        self.message = 2 * self.width * b * model.seq * model.hidden
+        self.message = 2 * self.width * b * model.seq * model.hidden / cp
         # SP: 2 all-gathers + 2 reduce-scatters per layer, the same cost as 2 all-reduces
         self.tp_op, self.tp_per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)
         # Megatron's scatter/gather (Narayanan et al. §4.1): each TP rank sends 1/t of the activation
@@ -137,7 +164,7 @@ class _Lowering:
         """Bytes one layer keeps for its backward under ``recompute``."""
         pl = self.plan
         return self.width * self.model.activation_terms(pl.micro_batch_size, tp=self.tp, sp=pl.sequence_parallel,
-                                                        recompute=recompute, attention=pl.attention).total
+                                                        recompute=recompute, attention=pl.attention).total / self.cp
 
     def compute_work(self, forward: bool, layers: int, head: bool) -> Compute:
         """A group of ``layers`` layers, forward or backward, with the output head's FLOPs when ``head``."""
@@ -234,18 +261,102 @@ class _Lowering:
     def compute(self, s, fwd, work, deps, i, c, grp, layers) -> int:
         """A group's forward or backward on the compute stream, with its activation and gathered-parameter memory."""
         g = self.graph
-        comp = g.add("forward" if fwd else "backward", "compute", s, work, deps, i, c, grp)
+        if self.cp > 1:
+            first, comp = self.context_parallel(s, fwd, work, deps, i, c, grp, layers)
+        else:
+            first = comp = g.add("forward" if fwd else "backward", "compute", s, work, deps, i, c, grp)
         self.computes[s].append(comp)
         act = self.layer_activation * layers
         if fwd:
-            g.mem(comp, "activation", act)
+            g.mem(first, "activation", act)
         else:
             g.mem(comp, "activation", -act, at_end=True)
-            g.mem(comp, "activation", self.act_transient)
+            g.mem(first, "activation", self.act_transient)
             g.mem(comp, "activation", -self.act_transient, at_end=True)
         if self.gathers_params:
             g.mem(comp, "zero3_gathered", -(self.layer_params * layers) * self.param_bytes, at_end=True)
         return comp
+
+    def context_parallel_terms(self, model, b) -> None:
+        """Per layer on one rank: attention-core and QKV-projection FLOPs, and the cp traffic's units."""
+        pl, tp, cp, s = self.plan, self.tp, self.cp, model.seq
+        d, e = model.hidden // model.heads, 2 * self.width
+        heads, kv = model.heads // tp, model.key_value_heads // tp
+        self.core_flops = attention_core_flops(model, b) / (tp * cp)
+        self.qkv_flops = 2 * b * s * model.hidden * (model.hidden + 2 * model.kv_width) / (tp * cp)
+        rc, att, core = pl.recompute, pl.attention, self.core_flops
+        # the backward's attention core: its gradient (twice the forward) and the scores it recomputes
+        self.core_bwd_flops = 2 * core + (core if rc == "selective" else core / 2 if att == "flash" and rc == "none"
+                                          else 0.0)
+        if pl.cp_kind == "ring":
+            self.cp_block = ring_bytes(b, s, kv, d, cp, e)["forward"] / (cp - 1)  # one K/V block
+        else:
+            self.cp_q = b * (s // cp) * heads * d * e   # Q (and the output) handed to one all-to-all
+            self.cp_kv = b * (s // cp) * kv * d * e     # K (and V)
+
+    def context_parallel(self, s, fwd, work, deps, i, c, grp, layers) -> tuple[int, int]:
+        """A group's compute under cp (see the module docstring); returns its first and last node."""
+        g, pl, n = self.graph, self.plan, layers
+        full = not fwd and pl.recompute == "full"
+        core_f, core_b, qkv = n * self.core_flops, n * self.core_bwd_flops, n * self.qkv_flops
+        core = core_f if fwd else core_b + (core_f if full else 0.0)
+        # projections, MLP, head: no cp traffic ('flash': the core is not among the GEMMs, see core_work)
+        rest = work.flops - (0.0 if pl.attention == "flash" else core)
+        kind = "forward" if fwd else "backward"
+        if fwd:
+            parts = [Compute(qkv, work.hbm_bytes), ("forward", core_f), Compute(rest - qkv)]
+        elif full:  # the recomputed forward's attention (with its traffic), then the backward's
+            parts = [Compute(qkv), ("forward", core_f), Compute(rest - 3 * qkv, work.hbm_bytes),
+                     ("backward", core_b), Compute(2 * qkv)]
+        else:
+            parts = [Compute(rest - 2 * qkv, work.hbm_bytes), ("backward", core_b), Compute(2 * qkv)]
+        first = prev = None
+        for part in parts:
+            if isinstance(part, Compute):
+                prev = g.add(kind, "compute", s, part, deps if prev is None else (prev,), i, c, grp)
+            elif pl.cp_kind == "ring":
+                prev = self.ring(s, part[0] == "forward", part[1], prev, n, i, c, grp)
+            else:
+                prev = self.ulysses(s, part[0] == "forward", part[1], prev, n, i, c, grp)
+            first = first if first is not None else prev
+        return first, prev
+
+    def core_work(self, flops: float) -> Compute:
+        """The attention core's ``flops`` (as counted: the full s²): GEMMs ('eager'), or FlashAttention's
+        causal kernels at their own rate ('flash', sim.cost.flops.layer_flops)."""
+        return Compute(0.0, 0.0, CAUSAL * flops) if self.plan.attention == "flash" else Compute(flops)
+
+    def ring(self, s, fwd, flops, before, n, i, c, grp) -> int:
+        """Ring attention over cp blocks, each step's send beside the current block; returns the last node."""
+        g, cp = self.graph, self.cp
+        block = self.core_work(flops / cp)
+        # forward: one K/V block per step; backward: a K/V block and a dK/dV block
+        send = Collective("p2p", self.cp_block, "cp", n if fwd else 2 * n)
+        comp = g.add("attention", "compute", s, block, (before,), i, c, grp)
+        sent = g.add("cp_send", "cp_comm", s, send, (before,), i, c, grp)
+        for k in range(1, cp):
+            ready = (comp, sent)
+            comp = g.add("attention", "compute", s, block, ready, i, c, grp)
+            if k < cp - 1:
+                sent = g.add("cp_send", "cp_comm", s, send, ready, i, c, grp)
+        if fwd:
+            return comp
+        home = Collective("p2p", self.cp_block, "cp", n)  # the last dK/dV, home: nothing left to hide it
+        return g.add("cp_send", "cp_comm", s, home, (comp, sent), i, c, grp)
+
+    def ulysses(self, s, fwd, flops, before, n, i, c, grp) -> int:
+        """All-to-alls before and after the attention core (Q, K, V in and the output back; in backward
+        the output's gradient in and dQ, dK, dV back), blocking; returns the last node."""
+        g = self.graph
+        q, kv = Collective("all_to_all", self.cp_q, "cp", n), Collective("all_to_all", self.cp_kv, "cp", 2 * n)
+        inbound, outbound = ((q, kv), (q,)) if fwd else ((q,), (q, kv))
+        prev = before
+        for work in inbound:
+            prev = g.add("cp_all_to_all", "cp_comm", s, work, (prev,), i, c, grp)
+        prev = g.add("attention", "compute", s, self.core_work(flops), (prev,), i, c, grp)
+        for work in outbound:
+            prev = g.add("cp_all_to_all", "cp_comm", s, work, (prev,), i, c, grp)
+        return prev
 
     def fill_bucket(self, buckets: _Buckets, s, i, c, grp, comp, after, group_params, *, last: bool) -> None:
         """Add a group's gradients to the open bucket; close it when full or at the op's last group

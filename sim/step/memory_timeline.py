@@ -30,13 +30,14 @@ def static_bytes(model, plan) -> dict[str, dict[str, float]]:
     ``model`` is a sim Model or a parameter count Ψ.
     """
     psi = model if isinstance(model, int) else model.num_params
+    dp = plan.dp * plan.cp  # ZeRO shards over the dp·cp ranks that hold the same parameters
     out = {t: dict.fromkeys(CATEGORIES, 0.0) for t in TIERS}
     if plan.offload_optimizer == "none" and plan.offload_param == "none":
-        states = model_state_bytes(psi, zero_stage=plan.zero_stage, dp=plan.dp, precision=plan.precision,
+        states = model_state_bytes(psi, zero_stage=plan.zero_stage, dp=dp, precision=plan.precision,
                                    tp=plan.tp, pp=plan.pp)
         out["gpu"].update({_STATE[k]: getattr(states, k) for k in _STATE})
         return out
-    tiers = offload_placement(psi, zero_stage=plan.zero_stage, dp=plan.dp, precision=plan.precision,
+    tiers = offload_placement(psi, zero_stage=plan.zero_stage, dp=dp, precision=plan.precision,
                               offload_optimizer=plan.offload_optimizer, offload_param=plan.offload_param)
     for tier, states in tiers.items():
         out[tier].update({_STATE[k]: getattr(states, k) / (plan.tp * plan.pp) for k in _STATE})

@@ -97,11 +97,14 @@ class SimResult:
         parts = [f"{CAUSE_LABELS[c]} {share[c]:.1%}" for c in CAUSES if share[c] >= 5e-4]
         return "idle by cause: " + (", ".join(parts) if parts else "none")
 
+    def _cp(self) -> str:
+        return f"cp {self.plan.cp} ({self.plan.cp_kind}) " if self.plan.cp > 1 else ""
+
     def summary(self) -> str:
         """One line of results, and a second with the idle time by cause."""
         gib = 2**30
         return (f"{self.model.name} on {self.cluster.world_size} × {self.cluster.gpu.name}, "
-                f"tp {self.plan.tp} pp {self.plan.pp} dp {self.plan.dp}, ZeRO-{self.plan.zero_stage}, "
+                f"tp {self.plan.tp} {self._cp()}pp {self.plan.pp} dp {self.plan.dp}, ZeRO-{self.plan.zero_stage}, "
                 f"{self.plan.schedule} m={self.plan.num_microbatches}: step {self.step_time:.3f} s, "
                 f"{self.tflops_per_gpu:.1f} TFLOP/s per GPU (MFU {self.mfu:.1%}), bubble "
                 f"{self.bubble_fraction:.1%}, peak {self.peak_gpu_bytes / gib:.1f} GiB"
@@ -122,11 +125,9 @@ def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = N
     for name, value, cls in (("model", model, Model), ("cluster", cluster, Cluster), ("plan", plan, Plan)):
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a sim.{cls.__name__}, got {type(value).__name__}")
-    if plan.cp > 1:
-        raise ValueError(f"Plan.cp = {plan.cp}: sim.simulate does not schedule context parallelism; "
-                         "sim.cost.context.context_cost prices its memory and traffic per layer")
     if plan.world_size != cluster.world_size:
-        raise ValueError(f"Plan.tp × pp × dp = {plan.tp} × {plan.pp} × {plan.dp} = {plan.world_size} ranks, "
+        raise ValueError(f"Plan.tp × cp × pp × dp = {plan.tp} × {plan.cp} × {plan.pp} × {plan.dp} = "
+                         f"{plan.world_size} ranks, "
                          f"but the cluster has {cluster.world_size} GPUs")
     if plan.precision.startswith("bf16") and not cluster.gpu.bf16:
         raise ValueError(f"Plan.precision {plan.precision!r}: {cluster.gpu.name} has no bf16; use 'fp16'")

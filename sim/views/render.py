@@ -26,8 +26,8 @@ from sim.step.pipeline import bubble_fraction, bubble_overhead
 
 STREAM_COLORS = {"compute": "tab:blue", "tp_comm": "tab:orange", "dp_comm": "tab:green",
                  "pp_comm": "tab:purple", "h2d": "tab:brown", "d2h": "sienna", "nvme": "tab:olive",
-                 "cpu": "tab:gray"}
-KIND_COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "optimizer": "#636363"}  # on the compute row
+                 "cpu": "tab:gray", "cp_comm": "tab:red"}
+KIND_COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "attention": "#6baed6", "optimizer": "#636363"}  # on the compute row
 # torch.profiler._memory_profiler's _CATEGORY_TO_COLORS, by the sim category each one stands for
 MEMORY_COLORS = {"param": "darkgreen", "zero3_gathered": "darkgreen", "optim": "goldenrod",
                  "comm_bucket": "mediumpurple", "activation": "red", "grad": "mediumblue"}

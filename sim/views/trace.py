@@ -24,7 +24,8 @@ from sim.step.graph import KINDS, STREAMS, TIERS, node_name
 
 TIER_LABEL = {"gpu": "HBM", "cpu": "host", "nvme": "NVMe"}
 _COLLECTIVE = {"all_reduce": ("AllReduce", "allreduce"), "reduce_scatter": ("ReduceScatter", "reduce_scatter"),
-               "all_gather": ("AllGather", "allgather"), "p2p": ("SendRecv", "send")}
+               "all_gather": ("AllGather", "allgather"), "all_to_all": ("SendRecv", "all_to_all"),
+               "p2p": ("SendRecv", "send")}
 _DTYPE = {"fp32": ("f32", "Float", 4), "fp16": ("f16", "Half", 2)}
 _HOST = {"cpu_adam", "nvme_read", "nvme_write"}
 
@@ -38,7 +39,8 @@ def chrome_trace(result) -> dict:
     g, pl, cl = result.graph, result.plan, result.cluster
     cm = CostModel(cl, pl, result.costs)
     short, long, width = _DTYPE.get(pl.precision, ("bf16", "BFloat16", 2))
-    pid = [rank_of(0, 0, s, pl.tp, pl.dp) for s in range(pl.pp)]
+    tc = pl.tp * pl.cp  # cp sits next to tp: rank = t + tp·(c + cp·(d + dp·p))
+    pid = [rank_of(0, 0, s, tc, pl.dp) for s in range(pl.pp)]
     events: list[dict] = []
     for s in range(pl.pp):
         events += [
@@ -60,7 +62,12 @@ def chrome_trace(result) -> dict:
             op, amount, axis = work.op, work.nbytes, work.axis
             nccl, coll = _COLLECTIVE[op]
             algo = cm.all_reduce(amount, axis)[1].upper() if op == "all_reduce" else "RING"
-            ranks = [pid[s], pid[(s + 1) % pl.pp]] if op == "p2p" else group_ranks(axis, pl.tp, pl.dp, pl.pp, p=s)
+            if axis == "cp":
+                ranks = [pid[s] + k * pl.tp for k in range(pl.cp)]
+            elif op == "p2p":
+                ranks = [pid[s], pid[(s + 1) % pl.pp]]
+            else:  # the dp group is the dp·cp ranks holding the same parameters
+                ranks = group_ranks(axis, pl.tp, pl.dp * pl.cp, pl.pp, p=s)
             n, elems = len(ranks), int(amount // width)
             ev["name"] = ("ncclDevKernel_SendRecv" if op == "p2p" else f"ncclDevKernel_AllGather_{algo}_LL"
                           if op == "all_gather" else f"ncclDevKernel_{nccl}_Sum_{short}_{algo}_LL")

@@ -89,7 +89,8 @@ def summary_text(r: SimResult) -> str:
         ("param", "params"), ("grad", "grads"), ("optim", "optimizer"), ("activation", "activations"),
         ("zero3_gathered", "gathered"), ("comm_bucket", "buckets")) if peak[c])
     return "\n".join([
-        f"{r.model.name} · {r.cluster.world_size} × {r.cluster.gpu.name} · TP {pl.tp} × PP {pl.pp} × DP {pl.dp} · "
+        f"{r.model.name} · {r.cluster.world_size} × {r.cluster.gpu.name} · TP {pl.tp} × "
+        f"{f'CP {pl.cp} ({pl.cp_kind}) × ' if pl.cp > 1 else ''}PP {pl.pp} × DP {pl.dp} · "
         f"ZeRO-{pl.zero_stage} · {pl.schedule} m={pl.num_microbatches}{f' v={pl.virtual}' if pl.virtual > 1 else ''}"
         f" · recompute {pl.recompute} · offload {off}",
         f"step {r.step_time:.3f} s · {r.tflops_per_gpu:.1f} TFLOP/s per GPU · MFU {r.mfu:.1%} · bubble "

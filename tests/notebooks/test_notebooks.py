@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import assign, build
+from course import answers_above, assign, build
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("ch*.ipynb"))
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
@@ -121,3 +121,39 @@ def test_every_syllabus_chapter_has_its_notebook():
     from course.syllabus import CHAPTERS
 
     assert [p.name for p in NOTEBOOKS] == [ch.notebook for ch in CHAPTERS]
+
+
+# Tasks whose answer is still readable above them, each named so that the list can only shrink: the test fails
+# for a task over the limit that is not listed, and for a listed task that is no longer over it.
+SHOWN_ABOVE = {"ch09_config_file": {"9.2", "9.3"}, "ch10_porting_a_script": {"10.1"}, "ch11_huggingface": {"11.1"},
+               "ch12_troubleshooting": {"12.4"}, "ch16_gradient_accumulation": {"16.1"},
+               "ch20_pipeline_parallelism": {"20.2"}}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_answer_is_shown_above_its_task(path):
+    """A graded task's reference solution is not readable in the cells above it (course.answers_above)."""
+    share = answers_above.shown_share(nbformat.read(path, as_version=4))
+    over = {t for t, s in share.items() if s >= answers_above.LIMIT}
+    listed = SHOWN_ABOVE.get(path.stem, set())
+    assert over <= listed, f"{path.name}: the answers of {sorted(over - listed)} can be read above the task " \
+                           f"({', '.join(f'{share[t]:.0%}' for t in sorted(over - listed))} of it shown)"
+    assert listed <= over, f"{path.name}: {sorted(listed - over)} no longer shown above: take them out of SHOWN_ABOVE"
+
+
+def test_answers_above_catches_a_shown_function():
+    """The measure itself: a task whose solution is a function printed above it is over the limit, one
+    written fresh is not."""
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    body = "    total = 0\n    for x in xs:\n        total += x * x\n    return total ** 0.5\n"
+    shown = code("print('''def norm(self, xs):\n" + body.replace("x * x", "self.w * x * x") + "''')",
+                 outputs=[nbformat.v4.new_output("stream", text="def norm(self, xs):\n" + body)])
+
+    def task(answer):
+        return code(f"def norm(xs):\n    ### BEGIN SOLUTION\n{answer}    ### END SOLUTION",
+                    metadata={"tags": ["solution", "task-1.1"]})
+
+    copied = nbformat.v4.new_notebook(cells=[md("x"), shown, task(body)])
+    fresh = nbformat.v4.new_notebook(cells=[md("x"), shown, task("    return math.sqrt(sum(v ** 2 for v in xs))\n")])
+    assert answers_above.shown_share(copied)["1.1"] == 1.0
+    assert answers_above.shown_share(fresh)["1.1"] == 0.0

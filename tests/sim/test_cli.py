@@ -65,3 +65,12 @@ def test_python_dash_m_sim_runs_the_planner():
     r = subprocess.run([sys.executable, "-m", "sim", "plan", "--model", "gpt3-125m", "--gpus", "64",
                         "--global-batch", "6"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("error: --global-batch 6") and r.stdout == ""
+
+
+def test_a_long_sequence_plan_splits_the_sequence(capsys):
+    # Llama-3-8B at 32k tokens on 16 H100s: the fastest plan uses Ulysses; cp is printed, not written
+    assert cli.main(["plan", "--model", "llama-3-8b", "--gpus", "16", "--seq", "32768", "--global-batch", "32",
+                     "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    first = next(line for line in text.splitlines() if line.startswith(" 1 "))
+    assert " cp4u " in first and "cp=4 (ulysses)" in text

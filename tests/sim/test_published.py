@@ -3,7 +3,7 @@
 The cost model is calibrated on eight rows, one per constant (sim.calibration.calibrate.CALIBRATION:
 Korthikanti's 22B and 175B for the A100's GEMM efficiency and link efficiency, Narayanan's ZeRO-3
 175B on 768 GPUs for ZeRO-3's collective efficiency, Shoeybi's single-V100 1.2B for the V100's GEMM
-efficiency, Llama 3 405B on 8,192 H100s for the H100's, llm-foundry's MPT-1B at 32k tokens for
+efficiency, Llama 3 405B on 8,192 H100s for the H100's, llm-foundry's MPT-7B at 32k tokens for
 FlashAttention's and at 2k tokens for eager element-wise traffic, NeMo's FP8 Llama 2 7B on 8 H100s
 for FP8 GEMMs) and then predicts every other published row.
 The bounds below are the errors reached, not targets chosen to pass: see the comments on each.
@@ -220,7 +220,7 @@ def test_calibration_sees_only_the_calibration_rows(monkeypatch):
     calibrate.fit()
     assert seen == set(calibrate.CALIBRATION) == {"korthikanti-22B-seqsel", "korthikanti-175B-seqsel",
                                                   "narayanan-t2-zero3-174.6B-768", "shoeybi-1.2B-1gpu",
-                                                  "llama3-405B-8192", "mpt-1b-s32768-8", "mpt-1b-s2048-8",
+                                                  "llama3-405B-8192", "mpt-7b-s32768-8", "mpt-1b-s2048-8",
                                                   "nemo-LLAMA2-7B-8"}
     assert not seen & {r.name for r in calibrate.held_out()}
     assert len(calibrate.held_out()) == len(pub.ALL) - 8 == 34 + 4 + 72 + 19
@@ -245,9 +245,9 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
     # a V100's GEMMs (Megatron 2019) reach a smaller share of its peak than an A100's
     assert 0.3 < fitted.values["v100"] < 0.5 < fitted.values["efficiency"]
     # with FlashAttention timed apart, an H100's GEMMs reach the share of its 989 TFLOP/s an A100's reach
-    # of its 312 (within 1 %), and the H200 (same die) gets the same share; FlashAttention's causal kernels
-    # (2023's, on Hopper) reach about a sixth of peak; eager PyTorch moves about 3× the fused kernels' bytes
-    assert abs(fitted.values["h100"] / fitted.values["efficiency"] - 1) < 0.01
+    # of its 312 (within 3 %), and the H200 (same die) gets the same share; FlashAttention's causal kernels
+    # (2023's, on Hopper) reach about a fifth of peak; eager PyTorch moves about 3× the fused kernels' bytes
+    assert abs(fitted.values["h100"] / fitted.values["efficiency"] - 1) < 0.03
     by_gpu = dict(fitted.costs.efficiency_by_gpu)
     assert by_gpu["H100-80GB"] == by_gpu["H200-141GB"] == fitted.values["h100"]
     assert 0.1 < fitted.values["attention"] < 0.3 and 2 < fitted.values["eager"] < 4.5
@@ -294,9 +294,9 @@ def test_held_out_rows_are_predicted_within_the_error_reached(report):
 def test_h100_held_out_rows_are_predicted_within_the_error_reached(h100_report):
     """Achieved (python -m sim.calibration.validation, H100 section), the H100 GEMM efficiency fitted on
     Llama 3 405B on 8,192 GPUs: Llama 3 on 16,384 GPUs +1.8 % on time (its smaller batch per DP group, a
-    larger pipeline bubble, as the paper says), Nemotron-4 15B +13.6 %, +12.3 %, +2.3 % (the simulator
+    larger pipeline bubble, as the paper says), Nemotron-4 15B +13.3 %, +11.9 %, +1.9 % (the simulator
     slower: those runs' 0.57 s at DP 96 and 0.58 s at DP 192 beat one GEMM efficiency fitted on a
-    405B; at DP 288 it agrees); held-out MAPE 7.5 % on time over 4 rows. Bounds: the errors reached,
+    405B; at DP 288 it agrees); held-out MAPE 7.2 % on time over 4 rows. Bounds: the errors reached,
     rounded up."""
     errs = {r.name: r.time_error for r in h100_report.rows}
     assert errs["llama3-405B-8192"] == pytest.approx(0, abs=1e-5)               # the fitted row
@@ -313,21 +313,21 @@ def test_one_gemm_efficiency_serves_a100_and_h100_once_flash_attention_is_timed_
     """Timed as GEMMs of the full s² (the simulator's count before FlashAttention's causal kernels
     had their own rate), Llama 3 405B needed an H100 GEMM share 8 % below the A100's: the attention
     core's time hid in the GEMM efficiency. With the causal kernels at their own efficiency, the
-    A100's share predicts both Llama 3 rows within 2 %."""
+    A100's share predicts both Llama 3 rows within 2 % (−1.4 %, +0.5 %)."""
     a100 = calibrate.with_params(fitted.costs, {"h100": fitted.values["efficiency"]})
     for name in ("llama3-405B-8192", "llama3-405B-16384"):
         run = pub.get(name)
         assert abs(calibrate.predict(run, a100) / run.measured_time - 1) <= 0.02, name
     as_gemms = fitted.costs.override(attention_efficiency=fitted.values["h100"])
     run = pub.get("llama3-405B-8192")
-    # the same GEMM share, the attention core at half the FLOPs and the GEMMs' rate: 5 % too fast
-    assert calibrate.predict(run, as_gemms) / run.measured_time - 1 < -0.04
+    # the same GEMM share, the attention core at half the FLOPs and the GEMMs' rate: 7.8 % too fast
+    assert calibrate.predict(run, as_gemms) / run.measured_time - 1 < -0.06
 
 
 def test_a_plain_simulate_runs_at_the_fitted_constants():
     """sim.simulate(model, cluster, plan) without costs runs at Costs()'s defaults, which are the fit:
-    on the five Llama 3 / Nemotron-4 rows −0.0 (fitted on), +1.8, +13.6, +12.3, +2.3 % on time (MAPE
-    6.0 %); bounds rounded up."""
+    on the five Llama 3 / Nemotron-4 rows −0.0 (fitted on), +1.8, +13.3, +11.9, +1.9 % on time (MAPE
+    5.8 %); bounds rounded up."""
     for run in pub.HOPPER + pub.FRAMEWORKS_H100[:3]:
         plain = sim.simulate(run.sim_model(), run.cluster(), run.plan(), granularity=calibrate.granularity(run))
         assert plain.step_time == calibrate.predict(run, sim.Costs())
@@ -457,15 +457,14 @@ def test_eager_kernels_move_more_bytes_and_fsdp_gathers_run_at_link_speed():
 def test_held_out_h100_rows_meet_the_issue_targets_with_the_default_constants():
     """Issue 33's targets on every H100 row not fitted on (95 held-out rows: llm-foundry's and
     torchtitan's bf16 and FP8 tables, NeMo's FP8 table, Llama 3 405B on 16,384 GPUs, Nemotron-4 15B),
-    with sim.Costs()'s defaults: mean step-time error ≤ 8 %, max ≤ 20 %. Reached: 4.8 % mean; worst
-    MPT-30B at 8k tokens on 8 GPUs −17.5 %, NeMo's Nemotron-22B −16.9 % and GPT3-5B −15.1 %,
-    Nemotron-4 15B on 768 GPUs +13.6 %, torchtitan −10 to −13 % (its 'op' selective checkpointing
-    recomputes a third of the GEMMs, which no Plan expresses). By family: FSDP 4.1 % over 72 rows,
-    FP8 7.1 % over 19, Llama 3 / Nemotron-4 7.5 % over 4."""
+    with sim.Costs()'s defaults: mean step-time error ≤ 8 %, max ≤ 20 %. Reached: 5.1 % mean; worst
+    MPT-30B at 8k tokens on 8 GPUs −18.4 %, NeMo's Nemotron-22B −15.1 % and GPT3-5B −13.1 %,
+    Nemotron-4 15B on 768 GPUs +13.3 %, torchtitan −7 to −11 % (+7.8 % for its 70B). By family:
+    FSDP 4.4 % over 72 rows, FP8 7.4 % over 19, Llama 3 / Nemotron-4 7.2 % over 4."""
     rows = [r for r in calibrate.held_out() if r.family in validation.HOPPER_FAMILIES]
     report = calibrate.validate(sim.Costs(), rows)
     assert len(report.rows) == 95 and not {r.name for r in report.rows} & set(calibrate.CALIBRATION)
-    assert report.mape_time <= 0.05
-    assert max(abs(r.time_error) for r in report.rows) <= 0.18
+    assert report.mape_time <= 0.055
+    assert max(abs(r.time_error) for r in report.rows) <= 0.19
     fam = {f: validation.family_mape(report, f) for f in validation.HOPPER_FAMILIES}
     assert fam["fsdp"] <= 0.045 and fam["fp8"] <= 0.075 and fam["h100"] <= 0.08

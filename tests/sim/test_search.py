@@ -67,7 +67,8 @@ plans = st.builds(
     schedule=st.sampled_from(["gpipe", "1f1b", "interleaved"]), recompute=st.sampled_from(["none", "selective", "full"]),
     sp=st.booleans(), offload=st.sampled_from(["none", "cpu", "cpu+param", "nvme"]), overlap=st.booleans(),
     clip=st.sampled_from([0.0, 1.0]), precision=st.sampled_from(["bf16", "fp16", "fp32"]),
-    bucket=st.sampled_from([500_000_000, 20_000_000]), fine=st.booleans(), calibrated=st.booleans())
+    bucket=st.sampled_from([500_000_000, 20_000_000]), fine=st.booleans(), calibrated=st.booleans(),
+    cp=st.sampled_from([1, 2]), cp_kind=st.sampled_from(["ring", "ulysses"]))
 
 
 @settings(max_examples=60, deadline=None)
@@ -83,7 +84,7 @@ def test_bounds_never_exceed_the_simulation(x):
                     num_microbatches=x["k"] * x["pp"], schedule=x["schedule"], virtual=v, recompute=x["recompute"],
                     sequence_parallel=x["sp"] and x["tp"] > 1, precision=x["precision"], offload_optimizer=opt,
                     offload_param=param, overlap_comm=x["overlap"], gradient_clipping=x["clip"],
-                    reduce_bucket_size=x["bucket"], allgather_bucket_size=x["bucket"])
+                    reduce_bucket_size=x["bucket"], allgather_bucket_size=x["bucket"], cp=x["cp"], cp_kind=x["cp_kind"])
     world = plan.world_size
     cluster = sim.Cluster.preset("A100-80GB", nodes=max(1, world // 8), gpus_per_node=min(8, world))
     costs = COSTS if x["calibrated"] else sim.Costs()
@@ -179,3 +180,29 @@ def test_no_plan_fits_names_the_smallest_memory_needed():
     needs = [memory_lower_bound(model, p)["total"] for p in search.enumerate_plans(model, cluster, 8, space)]
     assert e.value.smallest == min(needs) > 0.9 * cluster.gpu.hbm_bytes
     assert isinstance(e.value, ValueError)
+
+
+def test_long_sequences_get_context_parallelism():
+    # Llama-3-8B at 32k tokens on 16 H100s: splitting the sequence beats every plan without cp
+    model, cluster = sim.Model.preset("llama-3-8b", seq=32768), sim.Cluster.preset("H100-80GB", nodes=2)
+    best = search.search(model, cluster, 32, search.Space(attention="flash"), COSTS, top=3).best
+    without = search.search(model, cluster, 32, search.Space(attention="flash", cp=(1,)), COSTS, top=3).best
+    assert best.plan.cp > 1 and best.plan.cp_kind == "ulysses"  # DeepSpeed ships Ulysses, not ring attention
+    assert best.step_time < without.step_time
+    assert f"cp{best.plan.cp}u" in search.describe(best.plan)
+    ring = search.search(model, cluster, 32, search.Space(attention="flash", framework="any", cp_kinds=("ring",)),
+                         COSTS, top=3).best
+    assert ring.plan.cp > 1 and ring.plan.cp_kind == "ring" and ring.step_time < without.step_time
+
+
+def test_cp_degrees_follow_the_model():
+    space = search.Space(framework="any")
+    model = sim.Model.preset("llama-3-8b", seq=8192)  # 32 heads, 8 key/value heads
+    pairs = search.context_degrees(model, 2, 64, space)
+    assert (1, "ring") in pairs and (4, "ulysses") in pairs and (8, "ulysses") not in pairs  # 8 / tp 2 kv heads
+    assert (32, "ring") in pairs and (64, "ring") not in pairs                               # 64 ∤ world / tp
+    assert search.context_degrees(sim.Model.preset("llama-3-8b", seq=4096), 2, 64, space) == [(1, "ring")]
+    assert all(p.world_size == 64 for p in search.enumerate_plans(model, sim.Cluster.preset("H100-80GB", nodes=8),
+                                                                  512, space))
+    with pytest.raises(ValueError, match="cp_kinds"):
+        search.Space(cp_kinds=("stripes",))
