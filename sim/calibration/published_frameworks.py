@@ -21,12 +21,17 @@ The GPUs are Grand Teton H100s with 96 GB of HBM2e at 2.4 TB/s and a 500 W power
 says their peak is "between SXM and NVL" and unknown): the rows run on the H100 preset with HBM
 at 2.4 TB/s, 96 GiB, and a peak midway between the SXM5's 989 and the NVL's 835 TFLOP/s.
 
-Rows not expressible (``NOT_EXPRESSIBLE``, with the reason): every FP8 row (llm-foundry's "H100
-80GB FP8" table, torchtitan's "+ Float8" rows, NVIDIA NeMo's performance summary at NeMo
-commit 9c5c5e9709, docs/source/performance/performance_summary.md, whose pretraining table is
-FP8 throughout): the simulator times GEMMs at one 16-bit rate per GPU and has no FP8 GEMM rate,
-cast and amax kernels, or FP8 all-gathers; torchtitan's CP tables (context parallelism:
-sim.simulate does not schedule it on this branch) and its 70B/405B tables (FP8 and async TP).
+FP8 (family 'fp8', ``Plan.fp8``: GEMMs at ``Costs.fp8_efficiency`` of twice the 16-bit peak;
+attention, element-wise kernels, collectives and memory as in bf16): llm-foundry's "H100 80GB FP8"
+table (Transformer Engine linears), torchtitan's "+ Float8" rows (torchao), its Table 2 (context
+parallelism 2-8 up to 262,144 tokens) and Table 4's 70B without async TP, and NVIDIA NeMo's
+performance summary at NeMo commit 9c5c5e9709, docs/source/performance/performance_summary.md
+(NeMo 24.07, DGX-H100: the pretraining table is FP8 throughout; its Llama 3 rows use CP 2). FP8
+all-gathers (torchtitan's enable_fsdp_float8_all_gather is off in these tables) are not modelled.
+
+Rows not expressible (``NOT_EXPRESSIBLE``, with the reason): async TP (torchtitan's Table 4 second
+row and its 405B Tables 5-6); the newer NeMo/Megatron-Bridge tables' H100 rows (MoE, or FP8
+recipes whose recomputation and overlap settings are not in the tables).
 """
 from __future__ import annotations
 
@@ -246,12 +251,52 @@ def _nemo(model, gpus, batch, mbs, seq, tp, pp, vp, tps, tflops):
 
 
 NEMO_FP8 = tuple(_nemo(*row) for row in NEMO_TABLE)
-FP8_H100 = FOUNDRY_FP8 + TORCHTITAN_FP8 + NEMO_FP8
+
+_LLAMA3 = (("gated", True), ("norm", "rmsnorm"), ("kv_heads", 8), ("dropout", False), ("bias", False), ("tied", False))
+# the table's two rows with CP 2 (Llama 3 8B and 70B: sequence 8192, vocabulary 128256)
+NEMO_CP_TABLE = (("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273, 711, 32, 4096, 32, 14336),
+                 ("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524, 734, 80, 8192, 64, 28672))
+
+
+def _nemo_cp(model, gpus, batch, mbs, seq, tp, pp, cp, vp, tps, tflops, layers, hidden, heads, ffn):
+    return PublishedRun(
+        f"nemo-{model}-{gpus}", f"{NEMO}: Pretraining row '{model}, {gpus} GPUs, GBS {batch}, CP {cp}' ({tps} "
+        f"tokens/s/GPU, {tflops} model TFLOP/s/GPU)", layers, hidden, heads, gpus, tp, pp, batch, mbs, "none",
+        sequence_parallel=tp > 1, virtual=vp, iteration_time=batch * seq / (tps * gpus), flops="sim", seq=seq,
+        vocab=128256, gpu="H100-80GB", zero_stage=1, precision="bf16", overlap_dp=True, positions="rotary",
+        family="fp8", shape=_LLAMA3 + (("ffn", ffn),), attention="flash", fp8=True, cp=cp, cp_kind="ring",
+        reported=(("tokens_per_gpu_s", tps), ("model_tflops_per_gpu", tflops)),
+        assumptions="as the other NeMo rows; context parallelism as Megatron-Core's ring (Transformer Engine's "
+                    "p2p attention, zig-zag balanced)")
+
+
+NEMO_CP = tuple(_nemo_cp(*row) for row in NEMO_CP_TABLE)
+
+# torchtitan Table 2: FSDP + CP + torch.compile + Float8, Llama 3.1 8B on 8 GPUs, local batch 1, full checkpointing
+TITAN_CP_TABLE = ((8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071), (1, 8, 262144, 548))
+
+
+def _titan_cp(fsdp, cp, seq, tps):
+    return PublishedRun(
+        f"torchtitan-llama3-8B-cp{cp}", f"{TITAN}: Table 2 row 'FSDP {fsdp}, CP {cp}, sequence {seq}' ({tps:,} "
+        "TPS/GPU)", 32, 4096, 32, 8, 1, 1, fsdp, 1, "full", iteration_time=fsdp * seq / (tps * 8), flops="sim",
+        seq=seq, vocab=128256, gpu="H100-80GB", node=_TITAN_NODE, zero_stage=3, precision="bf16", family="fp8",
+        framework="fsdp2", kernels="fused", fp8=True, shape=_LLAMA8B, attention="flash", positions="rotary",
+        cp=cp, cp_kind="ring", reported=(("tokens_per_gpu_s", tps),),
+        assumptions="FSDP2 sharding over the FSDP × CP ranks; context parallelism as a ring (torch's "
+                    "context_parallel, its default rotation all-gathers K/V: the same bytes); local batch 1 per "
+                    "FSDP rank; full activation checkpointing; torch.compile; Float8 linears; the peak as in Table 1")
+
+
+TORCHTITAN_CP = tuple(_titan_cp(*row) for row in TITAN_CP_TABLE)
+FP8_H100 = FOUNDRY_FP8 + TORCHTITAN_FP8 + NEMO_FP8 + NEMO_CP + TORCHTITAN_CP
 
 FRAMEWORKS_H100 = FOUNDRY_H100 + TORCHTITAN_H100 + FP8_H100
 
 NOT_EXPRESSIBLE = (
-    (f"{TITAN}, Table 4 row '2D + AsyncTP', Table 5", "async TP (TP collectives decomposed into the GEMMs)"),
-    (f"{TITAN}, Tables 2 and 6", "context parallelism: sim.simulate does not schedule it on this branch"),
-    (f"{NEMO}, Pretraining rows LLAMA3-8B and LLAMA3-70B", "context parallelism 2"),
+    (f"{TITAN}, Table 4 row '2D + AsyncTP', Tables 5 and 6 (405B, 512 GPUs)", "async TP: the TP collectives "
+     "decomposed into the GEMMs and overlapped with them; the simulator's TP collectives block"),
+    (f"{FOUNDRY}, table 'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'", "not H100 (out of scope here)"),
+    ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary*.md, DGX-H100 rows", "MoE models (expert parallelism), "
+     "FP8 current-scaling recipes whose recomputation and overlap settings the tables do not give"),
 )

@@ -153,7 +153,7 @@ class PublishedRun:
                     num_microbatches=self.num_microbatches, recompute=self.recompute, precision=self.precision,
                     overlap_comm=True, gradient_clipping=1.0, attention=self.attention, kernels=self.kernels,
                     framework="fsdp2", reshard_after_forward=self.reshard_after_forward, fp8=self.fp8,
-                    recompute_gemms=self.recompute_gemms)
+                    recompute_gemms=self.recompute_gemms, cp=self.cp, cp_kind=self.cp_kind)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""
