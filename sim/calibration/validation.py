@@ -51,10 +51,11 @@ HOPPER_FAMILIES = ("h100", "fsdp", "fp8")
 
 def config(run) -> str:
     """A published run's configuration in one line."""
-    return (f"{run.gpus} × {run.gpu}, TP {run.tp} PP {run.pp} DP {run.dp}"
+    return (f"{run.gpus} × {run.gpu}, TP {run.tp} PP {run.pp}" + (f" CP {run.cp}" if run.cp > 1 else "") + f" DP {run.dp}"
             + (f" VP {run.virtual}" if run.virtual > 1 else "")
             + f", micro-batch {run.micro_batch} × {run.num_microbatches}, global batch {run.global_batch}, "
-            f"sequence {run.seq}, recompute {run.recompute}, {run.precision}, ZeRO {run.zero_stage}"
+            f"sequence {run.seq}, recompute {run.recompute}, {run.precision}" + (" with FP8 GEMMs" if run.fp8 else "")
+            + f", ZeRO {run.zero_stage}"
             + (f", {run.framework}" + ("" if run.reshard_after_forward else " (no reshard after forward)")
                if run.framework else "") + f", {run.attention} attention, {run.kernels} kernels")
 
