@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 
-# The defaults of the five constants sim.calibration.calibrate fits, one published row each (sim.calibration
+# The defaults of the eight constants sim.calibration.calibrate fits, one published row each (sim.calibration
 # says where from; tests/sim/test_published.py checks that a fit from scratch returns these values):
 EFFICIENCY = 0.702566        # A100 GEMMs: Korthikanti et al. 2022, Table 5, 22B and 175B (with LINK_EFFICIENCY)
 LINK_EFFICIENCY = 0.581094   # NVLink and InfiniBand collectives: the same two rows
