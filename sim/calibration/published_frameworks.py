@@ -289,7 +289,28 @@ def _titan_cp(fsdp, cp, seq, tps):
 
 
 TORCHTITAN_CP = tuple(_titan_cp(*row) for row in TITAN_CP_TABLE)
-FP8_H100 = FOUNDRY_FP8 + TORCHTITAN_FP8 + NEMO_FP8 + NEMO_CP + TORCHTITAN_CP
+
+TRAINY = ("pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md "
+          "@b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (torchtitan e7c0cae)")
+
+
+def _trainy(nodes, tps):
+    gpus = 8 * nodes
+    return PublishedRun(
+        f"torchtitan-llama3-8B-h200-{gpus}", f"{TRAINY}: Results row 'NUM_NODES {nodes}' ({tps} TPS/GPU)",
+        32, 4096, 32, gpus, 1, 1, 2 * gpus, 2, "none", iteration_time=2 * 8192 / tps, flops="sim", seq=8192,
+        vocab=128256, gpu="H200-141GB", zero_stage=3, precision="bf16", family="fp8", framework="fsdp2",
+        kernels="fused", fp8=True, shape=_LLAMA8B, attention="flash", positions="rotary",
+        recompute_gemms=op_sac_share(Model("llama3-8B", 32, 4096, 32, 128256, 8192, **dict(_LLAMA8B))),
+        reported=(("tokens_per_gpu_s", tps),),
+        assumptions="the file's command: local batch 2, torch.compile, Float8 linears; llama3_8b.toml at e7c0cae: "
+                    "sequence 8192, selective checkpointing 'op' (every second matmul recomputed); FSDP2 over "
+                    "all GPUs; its FP8 all-gathers modelled as bf16 ones; 8 H200 per node, 400 Gb/s per GPU "
+                    "(the H200 preset)")
+
+
+TORCHTITAN_H200 = (_trainy(4, 10938), _trainy(8, 10753))
+FP8_H100 = FOUNDRY_FP8 + TORCHTITAN_FP8 + NEMO_FP8 + NEMO_CP + TORCHTITAN_CP + TORCHTITAN_H200
 
 FRAMEWORKS_H100 = FOUNDRY_H100 + TORCHTITAN_H100 + FP8_H100
 
