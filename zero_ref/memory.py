@@ -525,8 +525,14 @@ def plan_zero_stage(
 ) -> tuple[int | None, list[tuple[int, ModelStateBytes, bool]]]:
     """The lowest ZeRO stage whose model states plus ``other_bytes`` (activations, buffers) fit.
 
-    Lower stages communicate less (stage 3 moves 1.5× the bytes of stages 0–2), so the lowest
-    stage that fits is the first choice. Returns (stage or None, [(stage, bytes, fits), ...]).
+    Lower stages communicate no more, so the lowest stage that fits is the first choice. In
+    DeepSpeed 0.19.8 (zero_ref.volume.dp_bytes_per_step) a rank sends per step 2Ψ(n−1)/n at stage
+    0 (an all-reduce), 3Ψ(n−1)/n at stages 1–2 (an all-reduce of each gradient bucket, then an
+    all-gather of the parameters: runtime/zero/stage_1_and_2.py, ``average_tensor`` →
+    ``allreduce_and_scatter``) and at stage 3, where stage 2's all-reduce and stage 3's gathers
+    and reduce-scatter repeat every micro-step of gradient accumulation. The ZeRO paper counts
+    2Ψ for stages 0–2 (a reduce-scatter instead of the all-reduce) and 3Ψ for stage 3.
+    Returns (stage or None, [(stage, bytes, fits), ...]).
     """
     rows = []
     for stage in range(4):

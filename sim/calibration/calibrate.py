@@ -109,7 +109,7 @@ GPUS_OF = {"v100": (V100,), "h100": ("H100-80GB", "H200-141GB")}
 
 def granularity(run: PublishedRun) -> str:
     """'layer' where communication overlaps the backward layer by layer (DDP's bucketed gradient
-    all-reduce; ZeRO-2/3's reduce-scatters and ZeRO-3's per-layer gathers), else 'stage': with
+    all-reduce; ZeRO-2/3's bucket reductions and ZeRO-3's per-layer gathers), else 'stage': with
     blocking TP collectives and no overlap inside an op, a whole model chunk per node gives the
     same times with fewer nodes."""
     return "layer" if run.overlap_dp or run.zero_stage >= 2 else "stage"

@@ -39,7 +39,7 @@ module.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -156,16 +156,20 @@ def gpt_model(cfg: dict, name: str = "course-gpt") -> Model:
 
 
 def plan_for(step: dict) -> Plan:
-    """The sim.Plan of a measured zero_ref step: fp32, dp = world size, no overlap (zero_ref.profiling.profile runs
-    overlap_comm=False); stages 1–3 all-reduce the gradient norm (zero_ref always does), stage 0 does not."""
+    """The sim.Plan of a measured zero_ref step: zero_ref's collectives, fp32, dp = world size, no overlap
+    (zero_ref.profiling.profile runs overlap_comm=False); stages 1–3 all-reduce the gradient norm (zero_ref always does), stage 0 does not."""
     return Plan(zero_stage=step["stage"], dp=step["world_size"], micro_batch_size=step["micro_batch"],
-                num_microbatches=step["gas"], precision="fp32", overlap_comm=False,
+                num_microbatches=step["gas"], precision="fp32", overlap_comm=False, framework="zero_ref",
                 gradient_clipping=1.0 if step["stage"] >= 1 else 0.0)
 
 
 def work_totals(model: Model, plan: Plan) -> dict:
-    """What one rank's step holds, summed from the sim's task graph: GEMM FLOPs, element-wise bytes,
-    parameters Adam updates, and the collectives [(op, bytes, axis)] in order."""
+    """What one rank's zero_ref step holds, summed from the sim's task graph: GEMM FLOPs, element-wise
+    bytes, parameters Adam updates, and the collectives [(op, bytes, axis)] in order. The steps this
+    module fits on are zero_ref's, whose stages issue the ZeRO paper's collectives, so a plan with
+    DeepSpeed's (the default) is booked with zero_ref's (``Plan.framework`` 'zero_ref')."""
+    if plan.framework == "deepspeed":
+        plan = replace(plan, framework="zero_ref")
     g = build_graph(model, plan, granularity="layer")
     out = {"flops": 0.0, "elementwise_bytes": 0.0, "adam_params": 0.0, "collectives": []}
     for w in g.work:

@@ -184,9 +184,9 @@ def _mtnlg(servers, time, tflops):
     return PublishedRun(
         f"mtnlg-530B-{8 * servers}", f"{MTNLG}: §2.4, {servers} DGX A100 servers, batch 1920: {time} s per "
         f"iteration, {tflops} TFLOP/s per GPU", 105, 20480, 128, 8 * servers, 8, 35, 1920, 1, "full",
-        iteration_time=time, flops="hardware", zero_stage=1, precision="bf16",
+        iteration_time=time, flops="hardware", zero_stage=1, precision="bf16", framework="deepspeed",
         reported=(("tflops_per_gpu", tflops),),
-        assumptions="micro-batch 1, 1F1B (DeepSpeed pipeline engine), ZeRO-1, vocabulary 51200")
+        assumptions="micro-batch 1, 1F1B (DeepSpeed pipeline engine), DeepSpeed's ZeRO-1, vocabulary 51200")
 
 
 MTNLG_530B = (_mtnlg(280, 60.1, 126), _mtnlg(350, 50.2, 121), _mtnlg(420, 44.4, 113))
@@ -195,6 +195,7 @@ BLOOM_176B = (PublishedRun(
     "bloom-176B", f"{BLOOM}: README 'Replica setup' (TP 4, PP 12, DP 8, MBS 2), 'Global batch size' (2048) "
     "and the log at iteration 85376: 104.70 s per iteration, 149.77 TFLOPs", 70, 14336, 112, 384, 4, 12,
     2048, 2, "full", iteration_time=104.70, flops="hardware", vocab=250880, zero_stage=1, precision="bf16",
+    framework="deepspeed",
     positions="rotary", node=(("nvlink_bw", 100e9), ("ib_bw", 50e9)), reported=(("tflops_per_gpu", 149.77),),
     assumptions="ALiBi has no parameters (modelled as rotary: no position table); NVLink 4 × 25 GB/s; "
                 "4 × 100 Gb/s Omni-Path per node; 1F1B; layers 5/6/.../6/5 over the 12 stages"),)

@@ -135,9 +135,11 @@ def _foundry(table, size, seq, gpus, mfu, mbs, accum, batch, tps, sharding, ckpt
         layers, hidden, heads, gpus, 1, 1, batch, mbs, "full" if ckpt else "none", iteration_time=batch * seq / (tps * gpus),
         flops="sim", seq=seq, vocab=50368, gpu="H100-80GB", zero_stage=3, precision="bf16", family="fsdp",
         framework="fsdp2", reshard_after_forward=sharding == "FULL_SHARD", kernels="eager", shape=_MPT_SHAPE,
+        backward_prefetch=False,
         attention="flash", reported=(("mfu", mfu / 100), ("num_params", params), ("tokens_per_gpu_s", tps)),
         assumptions=f"Composer's FSDP ({sharding}) modelled as FSDP2 with reshard_after_forward="
-                    f"{sharding == 'FULL_SHARD'}; PyTorch eager kernels (no torch.compile); FlashAttention, causal; "
+                    f"{sharding == 'FULL_SHARD'} and Composer's default backward_prefetch 'BACKWARD_POST' "
+                    "(composer.utils.FSDPConfig; the next all-gather issued after a unit's backward); PyTorch eager kernels (no torch.compile); FlashAttention, causal; "
                     "activation checkpointing as full recomputation of each block; bf16 parameters in the "
                     "forward and backward (amp_bf16), fp32 master weights and Adam states sharded")
 

@@ -47,7 +47,7 @@ class PublishedRun:
     a slot of their own (Llama 3); the simulation runs that many layers (``sim_model``), the FLOPs
     count the model's ``layers``. ``framework`` 'fsdp2' (family 'fsdp': PyTorch FSDP, data
     parallelism only) with ``reshard_after_forward`` (FULL_SHARD; False: SHARD_GRAD_OP);
-    ``kernels`` the Plan's 'fused' or 'eager'; ``fp8``: GEMMs in FP8 (the Plan's ``fp8``; family 'fp8'); ``recompute_gemms`` the Plan's. ``node``: Cluster fields
+    ``kernels`` the Plan's 'fused' or 'eager'; ``fp8``: GEMMs in FP8 (the Plan's ``fp8``; family 'fp8'); ``recompute_gemms``, ``backward_prefetch`` the Plan's. ``node``: Cluster fields
     that differ from the ``gpu`` preset, as (name, value) pairs. ``assumptions``: what the paper
     does not say and the row assumes.
     """
@@ -83,14 +83,15 @@ class PublishedRun:
     shape: tuple = ()
     attention: str = "eager"
     pipeline_layers: int | None = None
-    framework: str | None = None
     reshard_after_forward: bool = True
     kernels: str = "fused"
     fp8: bool = False
     recompute_gemms: float = 0.0
+    backward_prefetch: bool = True
     assumptions: str = ""
     cp: int = 1              # context parallelism (Plan.cp, Plan.cp_kind)
     cp_kind: str = "ring"
+    framework: str = ""  # whose collectives (Plan.framework); '': Megatron's up to ZeRO-1, DeepSpeed's beyond
 
     def __post_init__(self):
         if self.gpus % (self.tp * self.pp * self.cp):
@@ -132,11 +133,14 @@ class PublishedRun:
         """The run as configured. Megatron (no ZeRO, or DeepSpeed's ZeRO-1 under its pipeline
         engine): 1F1B or interleaved, gradient clipping 1.0; with DDP 'torch' the gradients are
         all-reduced in PyTorch DDP's 25 MB buckets during the last backward, else after it.
-        ZeRO-2/3 (DeepSpeed): its defaults, overlap_comm on, 5e8-element buckets."""
+        ZeRO-2/3 (DeepSpeed): its defaults, overlap_comm on, 5e8-element buckets. The collectives are
+        Megatron's up to ZeRO-1 (its distributed optimizer), DeepSpeed's beyond, unless ``framework``
+        says whose."""
         if self.framework == "fsdp2":
             return self._fsdp_plan()
         deepspeed = self.zero_stage >= 2
-        return Plan(zero_stage=self.zero_stage, tp=self.tp, pp=self.pp, dp=self.dp,
+        framework = self.framework or ("deepspeed" if deepspeed else "megatron")
+        return Plan(framework=framework, zero_stage=self.zero_stage, tp=self.tp, pp=self.pp, dp=self.dp,
                     micro_batch_size=self.micro_batch, num_microbatches=self.num_microbatches,
                     schedule="interleaved" if self.virtual > 1 else "1f1b", virtual=self.virtual,
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision=self.precision,
@@ -148,12 +152,13 @@ class PublishedRun:
     def _fsdp_plan(self) -> Plan:
         """PyTorch FSDP: gradients reduce-scattered per block during the backward, bf16 gathers;
         SHARD_GRAD_OP keeps the gathered parameters from the forward to the backward."""
-        return Plan(zero_stage=3 if self.reshard_after_forward else 2, tp=self.tp, dp=self.dp,
+        return Plan(zero_stage=3, tp=self.tp, dp=self.dp,
                     sequence_parallel=self.sequence_parallel, micro_batch_size=self.micro_batch,
                     num_microbatches=self.num_microbatches, recompute=self.recompute, precision=self.precision,
                     overlap_comm=True, gradient_clipping=1.0, attention=self.attention, kernels=self.kernels,
                     framework="fsdp2", reshard_after_forward=self.reshard_after_forward, fp8=self.fp8,
-                    recompute_gemms=self.recompute_gemms, cp=self.cp, cp_kind=self.cp_kind)
+                    recompute_gemms=self.recompute_gemms, cp=self.cp, cp_kind=self.cp_kind,
+                    backward_prefetch=self.backward_prefetch)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""

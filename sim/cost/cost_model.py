@@ -7,9 +7,9 @@ dp·cp ranks that hold the same parameters, over which gradients are reduced and
 (DeepSpeed's ``seq_data_parallel_group``: deepspeed/utils/groups.py,
 ``_get_sequence_data_parallel_group``, used by engine.py ``_configure_zero_optimizer``).
 
-ZeRO-3's data-parallel collectives across nodes reach only ``Costs.zero3_efficiency`` of the link's
-bandwidth (DeepSpeed's per-parameter gathers; sim.calibration explains the constant); inside a node
-they run as any other collective.
+DeepSpeed ZeRO-3's data-parallel collectives across nodes reach only ``Costs.zero3_efficiency`` of
+the link's bandwidth (its per-parameter gathers; sim.calibration explains the constant); inside a
+node they run as any other collective, and so do FSDP2's everywhere (one flat all-gather per unit).
 """
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ class CostModel:
                                        for axis in ("tp", "dp", "world")}
         self.links["cp"] = group_link([k * tp for k in range(cp)], cluster)
         self.links["pp"] = p2p_link(tp, dp, cluster) if pp > 1 else Link("nvlink", cluster.nvlink_bw, 1, 1)
+        for axis in ("dp_shard", "dp_replica"):  # HSDP's two levels (FSDP2 with dp_shard)
+            self.links[axis] = group_link(group_ranks(axis, tp, dp, pp, shard=plan.shard_group), cluster)
         r = recipe(plan.precision)
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))
@@ -59,7 +61,7 @@ class CostModel:
         nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring; DeepSpeed's only)."""
         n, a, bw = self.link_params(axis)
         if (axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib"
-                and getattr(self.plan, "framework", "deepspeed") == "deepspeed"):
+                and self.plan.framework != "fsdp2"):
             bw *= self.costs.zero3_efficiency
         return n, a, bw
 

@@ -11,10 +11,10 @@ EFFICIENCY = 0.702566        # A100 GEMMs: Korthikanti et al. 2022, Table 5, 22B
 LINK_EFFICIENCY = 0.581094   # NVLink and InfiniBand collectives: the same two rows
 ZERO3_EFFICIENCY = 0.207019  # ZeRO-3's cross-node gathers: Narayanan et al. 2021, Table 2, 175B on 768 GPUs
 V100_EFFICIENCY = 0.384129   # V100 GEMMs: Shoeybi et al. 2019, 1.2B on one V100 (39 TFLOP/s)
-H100_EFFICIENCY = 0.688272    # H100 and H200 GEMMs: Llama 3 405B on 8,192 H100s (arXiv 2407.21783, Table 4)
-ATTENTION_EFFICIENCY = 0.194945  # FlashAttention's causal kernels: llm-foundry's MPT-7B at 32k tokens on 8 H100s
-FP8_EFFICIENCY = 0.60833      # H100 FP8 GEMMs (share of 2 × 989 TFLOP/s): NeMo 24.07, Llama 2 7B on 8 H100s
-EAGER_TRAFFIC = 3.1983        # unfused (eager PyTorch) element-wise kernels: llm-foundry's MPT-1B at 2k on 8 H100s
+H100_EFFICIENCY = 0.688542    # H100 and H200 GEMMs: Llama 3 405B on 8,192 H100s (arXiv 2407.21783, Table 4)
+ATTENTION_EFFICIENCY = 0.194471  # FlashAttention's causal kernels: llm-foundry's MPT-7B at 32k tokens on 8 H100s
+FP8_EFFICIENCY = 0.609207      # H100 FP8 GEMMs (share of 2 × 989 TFLOP/s): NeMo 24.07, Llama 2 7B on 8 H100s
+EAGER_TRAFFIC = 3.0296        # unfused (eager PyTorch) element-wise kernels: llm-foundry's MPT-1B at 2k on 8 H100s
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,10 @@ data parallel): the GPU bytes a rank needs at least (sim.planning.bounds.memory_
 rung that fits. With pipeline parallelism (pp > 1) DeepSpeed runs ZeRO-0 and ZeRO-1 only
 (deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__, 0.19.8: "ZeRO-2 and ZeRO-3 are
 incompatible with pipeline parallelism"), so by default those rungs are listed as not allowed;
-``framework="any"`` evaluates them as another framework (FSDP with pipelining) would run them. When even the last rung does not fit the GPU, what is left is the activations
+``framework="any"`` evaluates them as another framework (FSDP with pipelining) would run them.
+Every rung runs DeepSpeed's collectives (sim.step.frameworks): ZeRO-1 and ZeRO-2 send 1.5× DDP's
+bytes per step (an all-reduce of the gradients, then an all-gather of the parameters), not the ZeRO
+paper's 1×, and the simulated step times include it. When even the last rung does not fit the GPU, what is left is the activations
 of the layers one GPU runs: that is the fourth idea's job (tensor / sequence / pipeline
 parallelism: raise tp or pp) or recomputation's.
 """

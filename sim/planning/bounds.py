@@ -18,10 +18,10 @@ collectives and the send), then runs all its forwards and backwards one after an
 and blocking TP collectives form one chain), and its last backward must then travel back
 through stages s−1 … 0; then stage 0 runs its optimizer step (ZeRO-1/2: and all-gathers the
 updated parameters). Streams that run one task at a time give further bounds, the sum of their
-tasks: the DP stream (ZeRO-2/3 reduce-scatters every backward, ZeRO-3 gathers every layer
-group twice per micro-batch), parameter copies from the host or NVMe. Context parallelism
-divides a rank's compute, activations and messages by cp and ZeRO's shards by dp·cp; its own
-traffic is left out (free), which keeps the bounds below the simulator's.
+tasks: the DP stream (ZeRO-2/3 reduce every backward, ZeRO-3 gathers every layer group twice per
+micro-batch: sim.step.frameworks says with which collectives), parameter copies from the host or NVMe.
+Context parallelism divides a rank's compute, activations and messages by cp and ZeRO's shards by
+dp·cp; its own traffic is left out (free), which keeps the bounds below the simulator's.
 tests/sim/test_search.py checks both bounds against the simulator on random plans.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ from functools import lru_cache
 from sim.cost.cost_model import CostModel
 from sim.cost.flops import head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
+from sim.step import frameworks
 from sim.step.memory_timeline import static_bytes
 from zero_ref.memory import recipe
 from zero_ref.parallel.schedules import warmup_count
@@ -111,24 +112,28 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     r = recipe(plan.precision)
     pb, gb = r.bytes_per_param("params"), r.bytes_per_param("grads")
     params = model.num_params / (tp * p)                    # on one rank of one stage
-    shard = params / dp if plan.zero_stage >= 1 else params
+    shard = params / plan.shard_group if plan.zero_stage >= 1 else params
     optimizer = d(Adam(shard, "gpu" if plan.offload_optimizer == "none" else "cpu"))
-    if plan.zero_stage in (1, 2) and dp > 1:  # the updated parameters are all-gathered after the update
+    if frameworks.gathers_after_step(plan) and dp > 1 and not frameworks.gathers_in_next_forward(plan):
+        # the updated parameters are all-gathered after the update
         optimizer = max(optimizer, d(Collective("all_gather", params * pb, "dp")))
     bound = chain + optimizer
 
     # The DP stream runs one collective at a time: its busy time bounds the step too. Every
-    # backward of ZeRO-2/3 reduce-scatters its chunk's gradients (in buckets: at least one α);
-    # ZeRO-3 gathers every group of every op's chunk.
+    # backward of ZeRO-2/3 reduces its chunk's gradients with its framework's collectives (in
+    # buckets: at least one α each); ZeRO-3 gathers every group of every op's chunk (FSDP2 without
+    # reshard_after_forward: of the forwards only).
     if dp > 1:
         chunk = params / v
+        reduce = sum(d(w) for w in frameworks.grad_reduce(plan, chunk, gb))
         if plan.zero_stage >= 2:
-            bound = max(bound, v * m * d(Collective("reduce_scatter", chunk * gb, "dp")))
+            bound = max(bound, v * m * reduce)
         if _is_zero3_gathering(plan):
             gl = n if granularity is None else granularity
             groups = n // gl
-            bound = max(bound, v * m * (2 * groups * d(Collective("all_gather", chunk / groups * pb, "dp"))
-                                        + d(Collective("reduce_scatter", chunk * gb, "dp"))))
+            gathers = 1 if frameworks.keeps_gathered(plan) else 2
+            gather = d(Collective("all_gather", chunk / groups * pb, frameworks.gather_axis(plan)))
+            bound = max(bound, v * m * (gathers * groups * gather + reduce))
     if _is_zero3_gathering(plan) and plan.offload_param != "none":  # parameter copies, one at a time
         gl = n if granularity is None else granularity
         fetches, group = 2 * v * m * (n // gl), params / (v * (n // gl))

@@ -5,12 +5,13 @@
 
 The model is a preset (``sim.MODELS``) or the path of a HuggingFace config.json (or its folder).
 The search (sim.planning.search) runs on the calibrated cost model (sim.calibration.calibrate.calibrate()), with
-FlashAttention (``--attention``, as today's runs use it) and DeepSpeed's constraints
-(``--framework any`` lifts them). For the best few plans that fit it prints the step time, MFU
+FlashAttention (``--attention``, as today's runs use it) and DeepSpeed 0.19.8's collectives and
+constraints (``--framework``: 'deepspeed', 'megatron' for Megatron-Core's distributed optimizer,
+'fsdp2' for torch's fully_shard, 'any' for DeepSpeed's collectives without its constraints). For the best few plans that fit it prints the step time, MFU
 and the peak GPU memory of the first pipeline stage by category, and the host memory the
 offloaded states take. ``--write-config`` writes the first plan as a DeepSpeed config (what
-zero_ref.config.parse and DeepSpeed read); tp, pp, recomputation, sequence parallelism and the
-attention kernel, and context parallelism (cp: DeepSpeed-Ulysses, or ring attention with ``--framework any``)
+zero_ref.config.parse and DeepSpeed read; a DeepSpeed plan only); tp, pp, recomputation, sequence parallelism, the
+attention kernel and context parallelism (cp: DeepSpeed-Ulysses, or ring attention with ``--framework any``)
 are not DeepSpeed config keys, so they are printed for the launcher and model code.
 Impossible requests (a model too big for the cluster, a batch that does not divide) end with a
 one-line error and exit status 2.
@@ -111,12 +112,16 @@ def main(argv=None) -> int:
     p.add_argument("--global-batch", type=int, help="sequences per step (default: about 4 Mi tokens)")
     p.add_argument("--top", type=int, default=5, help="how many plans to show")
     p.add_argument("--attention", choices=("flash", "eager"), default="flash")
-    p.add_argument("--framework", choices=("deepspeed", "any"), default="deepspeed")
+    p.add_argument("--framework", choices=search.SPACE_FRAMEWORKS, default="deepspeed",
+                   help="whose collectives and constraints the plans follow (default: deepspeed)")
     p.add_argument("--write-config", type=Path, help="write the best plan's DeepSpeed config here")
     args = parser.parse_args(argv)
     try:
         if args.seq is not None and args.seq < 1:
             raise PlanError(f"--seq must be a positive integer, got {args.seq}")
+        if args.write_config and args.framework in ("megatron", "fsdp2"):
+            raise PlanError(f"--write-config writes a DeepSpeed config; a --framework {args.framework} plan has none "
+                            "(drop --write-config, or plan with --framework deepspeed)")
         model = load_model(args.model, args.seq)
         result, best = plan(model, args.gpu, args.gpus, args.global_batch, top=args.top, attention=args.attention,
                             framework=args.framework)
@@ -125,10 +130,13 @@ def main(argv=None) -> int:
         return 2
     print(table(result, best))
     chosen = best[0][0].plan
-    print(f"\nchosen: {search.describe(chosen)}; outside the DeepSpeed config: tp={chosen.tp} pp={chosen.pp} "
+    where = "outside the DeepSpeed config" if chosen.framework == "deepspeed" else f"{chosen.framework} settings"
+    fsdp = (f" reshard_after_forward={chosen.reshard_after_forward} reduce_dtype={chosen.reduce_dtype}"
+            if chosen.framework == "fsdp2" else "")
+    print(f"\nchosen: {search.describe(chosen)}; {where}: tp={chosen.tp} pp={chosen.pp} "
           f"cp={chosen.cp}{f' ({chosen.cp_kind})' if chosen.cp > 1 else ''} "
           f"recompute={chosen.recompute} sequence_parallel={chosen.sequence_parallel} schedule={chosen.schedule} "
-          f"attention={chosen.attention}")
+          f"attention={chosen.attention}{fsdp}")
     if args.write_config:
         args.write_config.write_text(json.dumps(chosen.to_deepspeed(), indent=2) + "\n")
         print(f"wrote {args.write_config} (dp = {chosen.dp})")

@@ -15,8 +15,10 @@ Three steps.
    ZeRO stage 0–3; a micro-batch size, with the accumulation steps
    (= pipeline micro-batches) that reach the global batch; 1F1B or interleaved (v chunks per
    stage); recomputation none / selective / full; sequence parallelism; offload options. By
-   default only what DeepSpeed 0.19.8 runs: ZeRO-2 and ZeRO-3 only without pipeline parallelism
-   (``Space.framework='any'`` lifts it, e.g. for FSDP with pipelining).
+   default only what DeepSpeed 0.19.8 runs, with its collectives: ZeRO-2 and ZeRO-3 only without
+   pipeline parallelism. ``Space.framework`` 'megatron' plans Megatron-Core's (stages 0–1, its
+   distributed optimizer with overlap_param_gather), 'fsdp2' torch's fully_shard (stage 3 with any pp, reshard after
+   forward or not), 'any' DeepSpeed's collectives with every stage and pp (sim.step.frameworks).
 2. Prune with the static memory model (sim.planning.bounds.memory_lower_bound: model states + the
    activations and buffers stage 0 provably holds). A plan whose *lower bound* exceeds the
    memory limit cannot fit, so it is rejected without simulating it; the table says why.
@@ -46,6 +48,7 @@ from sim.step.simulate import simulate
 GiB = 2**30
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"), ("nvme", "nvme"))
 LONG_SEQUENCE = 8192  # the default search tries cp > 1 from this sequence length on
+SPACE_FRAMEWORKS = ("deepspeed", "megatron", "fsdp2", "any")
 NODE_BUDGET = 12_000  # task-graph nodes per simulated plan (sets the granularity, see granularity_for)
 
 
@@ -67,21 +70,25 @@ class Space:
     attention: str = "eager"                    # every plan's attention ('flash' for today's runs)
     # Context-parallel degrees; None: 1, and from LONG_SEQUENCE tokens on every power of two the
     # model and the world allow. ``cp_kinds`` None: the framework's (DeepSpeed 0.19.8 ships Ulysses,
-    # deepspeed/sequence/layer.py DistributedAttention, and no ring attention; 'any': both).
+    # deepspeed/sequence/layer.py DistributedAttention, and no ring attention; Megatron-Core's
+    # context_parallel_size and torch's context_parallel run ring attention; 'any': both).
     cp: tuple[int, ...] | None = None
     cp_kinds: tuple[str, ...] | None = None
     # Which framework must be able to run the plan. 'deepspeed': DeepSpeed 0.19.8's
     # PipelineEngine.__init__ (deepspeed/runtime/pipe/engine.py) asserts
     # zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are incompatible
     # with pipeline parallelism", so with pp > 1 the stage is at most 1 (Megatron's distributed
-    # optimizer is stage 1 too). 'any': every stage with every pp (FSDP + pipelining runs stage 3).
+    # optimizer is stage 1 too). 'megatron': stages 0–1 with Megatron-Core's collectives; 'fsdp2':
+    # stage 3 with FSDP2's, with any pp (torchtitan pipelines it); 'any': every stage with every pp,
+    # DeepSpeed's collectives. Plan.framework of each plan is the framework ('deepspeed' for 'any').
     framework: str = "deepspeed"
     # The highest ZeRO stage allowed together with pp > 1; None: the framework's (1 or 3).
     max_zero_with_pp: int | None = None
 
     def __post_init__(self):
-        if self.framework not in ("deepspeed", "any"):
-            raise ValueError(f"Space.framework must be 'deepspeed' or 'any', got {self.framework!r}")
+        if self.framework not in SPACE_FRAMEWORKS:
+            raise ValueError(f"Space.framework must be one of {', '.join(map(repr, SPACE_FRAMEWORKS))}, "
+                             f"got {self.framework!r}")
         if self.cp_kinds is not None and (not self.cp_kinds or set(self.cp_kinds) - set(CP_KINDS)):
             raise ValueError(f"Space.cp_kinds must name some of {CP_KINDS}, got {self.cp_kinds!r}")
         if self.attention not in ("eager", "flash"):
@@ -92,7 +99,8 @@ class Space:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The cp kinds to search."""
-        return self.cp_kinds or (("ulysses",) if self.framework == "deepspeed" else CP_KINDS)
+        return self.cp_kinds or {"deepspeed": ("ulysses",), "megatron": ("ring",), "fsdp2": ("ring",)}.get(
+            self.framework, CP_KINDS)
 
     @property
     def zero_with_pp(self) -> int:
@@ -100,6 +108,19 @@ class Space:
         if self.max_zero_with_pp is not None:
             return self.max_zero_with_pp
         return 1 if self.framework == "deepspeed" else 3
+
+    @property
+    def plan_framework(self) -> str:
+        """Plan.framework of the plans: whose collectives they issue."""
+        return "deepspeed" if self.framework == "any" else self.framework
+
+    def allows(self, zero: int, offload: tuple[str, str]) -> bool:
+        """Whether the framework runs ZeRO ``zero`` with ``offload`` (offload_optimizer, offload_param)."""
+        if self.framework == "megatron":
+            return zero <= 1 and offload == ("none", "none")
+        if self.framework == "fsdp2":
+            return zero == 3 and offload == ("none", "none")
+        return True
 
 
 @dataclass
@@ -178,9 +199,12 @@ def describe(plan: Plan) -> str:
     rc = {"none": "", "selective": " rc=sel", "full": " rc=full"}[plan.recompute]
     off = "" if plan.offload_optimizer == "none" else f" off={plan.offload_optimizer}"
     off += "" if plan.offload_param == "none" else f"+param:{plan.offload_param}"
+    fw = {"deepspeed": "", "zero_ref": " zero_ref",
+          "megatron": " megatron" + (" overlap-gather" if plan.overlap_param_gather else ""),
+          "fsdp2": " fsdp2" + ("" if plan.reshard_after_forward else " keep")}[plan.framework]
     cp = f" cp{plan.cp}{plan.cp_kind[0]}" if plan.cp > 1 else ""
     return (f"tp{plan.tp}{cp} pp{plan.pp} dp{plan.dp} Z{plan.zero_stage} mbs{plan.micro_batch_size} "
-            f"m{plan.num_microbatches} {sched}{rc}{' sp' if plan.sequence_parallel else ''}{off}")
+            f"m{plan.num_microbatches} {sched}{rc}{' sp' if plan.sequence_parallel else ''}{off}{fw}")
 
 
 def _divisors(n: int) -> list[int]:
@@ -235,13 +259,18 @@ def _plans_of(model, space, world, tp, cp, kind, pp, global_batch, precision) ->
             for (schedule, v), zero, rc, sp, (off_opt, off_par) in itertools.product(
                     schedules, space.zero_stages, space.recompute, sps, space.offload):
                 if (off_opt != "none" and zero == 0) or (off_par != "none" and zero != 3) \
-                        or (off_opt == "nvme" and zero != 3) or (pp > 1 and zero > space.zero_with_pp):
+                        or (off_opt == "nvme" and zero != 3) or (pp > 1 and zero > space.zero_with_pp) \
+                        or not space.allows(zero, (off_opt, off_par)):
                     continue
-                plans.append(Plan(zero_stage=zero, tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, num_microbatches=m,
-                                  schedule=schedule, virtual=v, recompute=rc, sequence_parallel=sp,
-                                  precision=precision, offload_optimizer=off_opt, offload_param=off_par,
-                                  gradient_clipping=space.gradient_clipping, attention=space.attention,
-                                  cp=cp, cp_kind=kind))
+                # FSDP2: reshard after forward (ZeRO-3's traffic) or keep the units (ZeRO-2-like memory)
+                for reshard in ((True, False) if space.framework == "fsdp2" else (True,)):
+                    plans.append(Plan(zero_stage=zero, tp=tp, pp=pp, dp=dp, micro_batch_size=mbs,
+                                      num_microbatches=m, schedule=schedule, virtual=v, recompute=rc,
+                                      sequence_parallel=sp, precision=precision, offload_optimizer=off_opt,
+                                      offload_param=off_par, gradient_clipping=space.gradient_clipping,
+                                      attention=space.attention, cp=cp, cp_kind=kind,
+                                      framework=space.plan_framework, reshard_after_forward=reshard,
+                                      overlap_param_gather=space.framework == "megatron" and zero == 1))
     return plans
 
 

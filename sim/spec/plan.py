@@ -18,7 +18,9 @@ ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
 CP_KINDS = ("ring", "ulysses")
 KERNELS = ("fused", "eager")
-FRAMEWORKS = ("deepspeed", "megatron", "fsdp2")
+# whose collectives a plan's data parallelism issues; 'zero_ref': the course's reference, the ZeRO paper's
+FRAMEWORKS = ("deepspeed", "megatron", "fsdp2", "zero_ref")
+REDUCE_DTYPES = ("fp32", "bf16")
 _DEEPSPEED = ds_config.Config()  # DeepSpeed's defaults, for the knobs a Plan shares with its config
 
 
@@ -44,12 +46,30 @@ class Plan:
     group, ``cp_kind`` 'ring' (ring attention) or 'ulysses' (DeepSpeed-Ulysses); the world is
     tp × cp × pp × dp, the cp group holding the same parameters as its dp group (gradients and
     ZeRO span dp·cp ranks); ``sim.simulate`` schedules its traffic (sim.step.lowering).
+
+    ``framework`` says whose data-parallel collectives the step issues (sim.step.lowering cites
+    each): 'deepspeed' (0.19.8: stages 1–2 all-reduce each gradient bucket, then all-gather the
+    parameters), 'megatron' (Megatron-Core: zero_stage 1 is its distributed optimizer, a
+    reduce-scatter of the gradients and an all-gather of the parameters), 'fsdp2' (torch's
+    fully_shard, zero_stage 3: one unit per transformer layer) or 'zero_ref' (this course's
+    reference: the ZeRO paper's reduce-scatter at stages 1–3). FSDP2 only: ``reshard_after_forward``
+    (False keeps a unit's gathered parameters from its forward to its backward: no backward
+    all-gathers, ZeRO-2-like traffic), ``reduce_dtype`` of the gradient reduce-scatter ('fp32', the
+    common torchtitan MixedPrecisionPolicy with bf16 parameters, or 'bf16'), and ``dp_shard``: 0
+    shards over the whole dp group; 1 < dp_shard < dp (dividing it) is HSDP, sharding within groups
+    of dp_shard ranks and replicating across dp // dp_shard of them (with cp, each shard group also
+    spans the cp ranks, as torchtitan's dp_shard_cp mesh). Megatron only:
+    ``overlap_param_gather`` (its DDP config's flag) all-gathers the updated parameters during the
+    next step's first forward, bucket by bucket, instead of at the end of the optimizer step.
     ``kernels``: 'fused' (Megatron's and Transformer Engine's fused kernels, torch.compile) or 'eager' (PyTorch eager, one kernel per op:
     more element-wise bytes, ``Costs.eager_traffic``). ``fp8``: the GEMMs run in FP8 (Transformer
     Engine, torchao's Float8 linears) at ``Costs.fp8_efficiency`` of the FP8 peak; attention, the
     element-wise kernels, the collectives and the memory stay as ``precision`` says.
     ``recompute_gemms``: the share of each layer's projection GEMMs its backward runs again besides
     ``recompute`` (per-op selective checkpointing, sim.cost.flops.op_sac_share; its memory is not modelled).
+    ``backward_prefetch`` (FSDP only): the next unit's backward all-gather is issued ahead (FSDP2; FSDP1's
+    BACKWARD_PRE); False issues it when the current unit's backward ends (FSDP1's BACKWARD_POST,
+    Composer's default), as DeepSpeed's ZeRO-3 does.
     """
 
     zero_stage: int = 0
@@ -72,11 +92,15 @@ class Plan:
     attention: str = "eager"
     cp: int = 1
     cp_kind: str = "ring"
-    kernels: str = "fused"
     framework: str = "deepspeed"
     reshard_after_forward: bool = True
+    dp_shard: int = 0
+    reduce_dtype: str = "fp32"
+    overlap_param_gather: bool = False
+    kernels: str = "fused"
     fp8: bool = False
     recompute_gemms: float = 0.0
+    backward_prefetch: bool = True
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -92,7 +116,6 @@ class Plan:
         one_of("Plan", "offload_param", self.offload_param, OFFLOAD)
         one_of("Plan", "cp_kind", self.cp_kind, CP_KINDS)
         one_of("Plan", "kernels", self.kernels, KERNELS)
-        one_of("Plan", "framework", self.framework, FRAMEWORKS)
         if not isinstance(self.fp8, bool):
             raise ValueError(f"Plan.fp8 must be True or False, got {self.fp8!r}")
         if isinstance(self.recompute_gemms, bool) or not isinstance(self.recompute_gemms, (int, float)) or not (
@@ -113,6 +136,52 @@ class Plan:
             raise ValueError("Plan.sequence_parallel needs tp > 1 (it splits along the tensor-parallel group)")
         if not isinstance(self.gradient_clipping, (int, float)) or self.gradient_clipping < 0:
             raise ValueError(f"Plan.gradient_clipping must be a number >= 0, got {self.gradient_clipping!r}")
+        self._check_framework()
+
+    def _check_framework(self):
+        """The framework's fields: each check names the field and what to use instead."""
+        one_of("Plan", "framework", self.framework, FRAMEWORKS)
+        one_of("Plan", "reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        if not isinstance(self.overlap_param_gather, bool):
+            raise ValueError(f"Plan.overlap_param_gather must be True or False, got {self.overlap_param_gather!r}")
+        if self.overlap_param_gather and (self.framework, self.zero_stage) != ("megatron", 1):
+            raise ValueError("Plan.overlap_param_gather is Megatron-Core's distributed-optimizer setting; it needs "
+                             f"framework='megatron' and zero_stage=1 (got {self.framework!r}, {self.zero_stage})")
+        if not isinstance(self.reshard_after_forward, bool):
+            raise ValueError(f"Plan.reshard_after_forward must be True or False, got {self.reshard_after_forward!r}")
+        if isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int) or self.dp_shard < 0:
+            raise ValueError(f"Plan.dp_shard must be 0 (shard over all of dp) or a divisor of Plan.dp, "
+                             f"got {self.dp_shard!r}")
+        fsdp = self.framework == "fsdp2"
+        for name, default in (("reshard_after_forward", True), ("dp_shard", 0), ("reduce_dtype", "fp32"),
+                              ("backward_prefetch", True)):
+            if not fsdp and getattr(self, name) != default:
+                raise ValueError(f"Plan.{name} is an FSDP2 setting; it needs framework='fsdp2' "
+                                 f"(got framework={self.framework!r})")
+        if self.framework == "megatron" and self.zero_stage > 1:
+            raise ValueError(f"Plan.zero_stage={self.zero_stage} with framework='megatron': Megatron-Core's "
+                             "distributed optimizer shards the optimizer states only (zero_stage 1); use "
+                             "framework='deepspeed' for ZeRO-2/3 or 'fsdp2' to shard the parameters")
+        if fsdp and self.zero_stage != 3:
+            raise ValueError(f"Plan.zero_stage={self.zero_stage} with framework='fsdp2': fully_shard shards "
+                             "parameters, gradients and optimizer states, so FSDP2 plans use zero_stage=3")
+        if self.framework != "deepspeed" and (self.offload_optimizer, self.offload_param) != ("none", "none"):
+            raise ValueError(f"Plan.offload_optimizer/offload_param model DeepSpeed's ZeRO-Offload; "
+                             f"use framework='deepspeed' (got {self.framework!r})")
+        if self.dp_shard and (self.dp_shard in (1, self.dp) or self.dp % self.dp_shard):
+            raise ValueError(f"Plan.dp_shard={self.dp_shard} must divide Plan.dp={self.dp} with "
+                             f"1 < dp_shard < dp (HSDP), or be 0 to shard over the whole dp group")
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks the sharded model states are split over: dp·cp, or dp_shard·cp under HSDP (the cp ranks of a
+        data-parallel rank hold the same parameters)."""
+        return (self.dp_shard or self.dp) * self.cp
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the sharded states: dp // dp_shard under HSDP, else 1."""
+        return self.dp // (self.dp_shard or self.dp)
 
     @property
     def world_size(self) -> int:
@@ -144,6 +213,9 @@ class Plan:
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Plan field(s): {', '.join(sorted(unknown))}")
+        if overrides.get("framework", "deepspeed") in ("megatron", "fsdp2"):
+            raise ValueError(f"from_deepspeed makes DeepSpeed plans; framework={overrides['framework']!r} "
+                             "runs no DeepSpeed config (build that Plan directly)")
         cp = overrides.get("cp", 1)  # a context-parallel group shares its sequences: not a data-parallel axis
         positive_int("from_deepspeed", "cp", cp)
         if world_size % (tp * pp * cp):
@@ -163,6 +235,9 @@ class Plan:
         sequence_parallel=..., schedule=..., virtual=..., attention=...) == plan``. NVMe offload writes ``nvme_path``;
         ``extra`` adds top-level sections (an "optimizer", "steps_per_print", ...).
         """
+        if self.framework in ("megatron", "fsdp2"):  # zero_ref reads DeepSpeed's configs
+            raise ValueError(f"Plan.framework={self.framework!r}: only a DeepSpeed (or zero_ref) plan has a "
+                             "DeepSpeed config (set framework='deepspeed' to write one)")
         precision = ALIASES.get(self.precision, self.precision)
         if precision not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"Plan.precision {self.precision!r} has no DeepSpeed config of its own "

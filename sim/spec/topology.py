@@ -32,10 +32,18 @@ def rank_of(t: int, d: int, p: int, tp: int, dp: int) -> int:
 
 
 def group_ranks(axis: str, tp: int, dp: int, pp: int, *, t: int = 0, d: int = 0, p: int = 0,
-                order: str = "tp-dp-pp") -> list[int]:
-    """The ranks of the ``axis`` group that contains (t, d, p); ``order`` as in ``zero_ref.parallel.topology``."""
+                order: str = "tp-dp-pp", shard: int = 0) -> list[int]:
+    """The ranks of the ``axis`` group that contains (t, d, p); ``order`` as in ``zero_ref.parallel.topology``.
+
+    HSDP's axes split the dp group: 'dp_shard', ``shard`` consecutive dp ranks (0: all of dp), and
+    'dp_replica', the ranks at the same place of every shard group.
+    """
     if axis == "world":
         return list(range(tp * dp * pp))
+    if axis in ("dp_shard", "dp_replica"):
+        ranks, shard = group_ranks("dp", tp, dp, pp, t=t, d=d, p=p, order=order), shard or dp
+        first = d - d % shard
+        return ranks[first:first + shard] if axis == "dp_shard" else ranks[d % shard::shard]
     if axis not in AXES:
         raise ValueError(f"axis must be one of {AXES + ('world',)}, got {axis!r}")
     topo = Topology(tp=tp, dp=dp, pp=pp, order=order)

@@ -6,13 +6,15 @@ Per micro-batch op (F or B of one model chunk on one stage) and layer group:
              B when the group's backward starts]                           dp_comm
     compute of the group                                                   compute
     TP collectives of the group (blocking: the next compute waits)         tp_comm
-    B: gradient reduce per bucket (stage 0: all-reduce, 1–3: reduce-scatter;
+    B: gradient reduce per bucket (the plan's framework's collectives, sim.step.frameworks;
        0–1 after the last micro-batch's backward, 2–3 after every one) (→ D2H when offloading)  dp_comm
 then a send of the op's output to the neighbouring stage (pp_comm; each TP rank sends 1/t of it,
 Megatron's scatter/gather). A compute node's work holds its FLOPs and the bytes of its element-wise
 kernels (sim.cost.flops.layer_elementwise_bytes). After the last op: an optional
 global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the GPU, or (NVMe read
 →) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
+FSDP2 plans (zero_stage 3) gather and reduce per unit, one unit per layer group, prefetching the
+next unit in the backward too, over the shard group under HSDP (sim.step.frameworks).
 
 ZeRO-3's gathers follow DeepSpeed's hooks: a module's parameters are fetched before its forward,
 the next module's prefetched while it runs; in the backward (with activation checkpointing the
@@ -53,6 +55,7 @@ from zero_ref.parallel.context import ring_bytes
 from sim.cost import context
 from sim.cost.flops import CAUSAL, attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
+from sim.step import frameworks
 from sim.step.graph import TaskGraph
 from sim.step.pipeline import dependency, schedule_order
 
@@ -120,6 +123,8 @@ class _Lowering:
         self.model, self.plan, self.tp, self.cp, self.dp = model, plan, tp, cp, plan.dp * cp
         self.stages, self.virtual, self.microbatches = stages, virtual, plan.num_microbatches
         self.gathers_params = plan.zero_stage == 3 and (self.dp > 1 or plan.offload_param != "none")
+        self.shard = plan.shard_group  # ranks the model states are sharded over (dp·cp, or HSDP's dp_shard·cp)
+        self.param_synced: set = set()  # (stage, chunk) whose parameters Megatron's overlapped gather delivered
         self.chunk_layers = layer_split(model.layers, stages * virtual)  # layers of virtual stage c·p + s
         nodes_per_group = 2 + (tp > 1) + 3 * self.gathers_params + (4 * cp + 6 if cp > 1 else 0)
         self.group_layers = _group_sizes(granularity, self.chunk_layers, 2 * stages * virtual * self.microbatches,
@@ -192,7 +197,7 @@ class _Lowering:
     def gather(self, s, i, c, grp, deps) -> int:
         """ZeRO-3: fetch (offloaded) shards and all-gather one layer group's parameters."""
         params = self.layer_params * self.group_layers[c * self.stages + s]
-        g, pl, shard = self.graph, self.plan, params / self.dp * self.param_bytes
+        g, pl, shard = self.graph, self.plan, params / self.shard * self.param_bytes
         first = None
         if pl.offload_param == "nvme":
             first = deps = [g.add("nvme_read", "nvme", s, Copy("nvme_read", shard), deps, i, c, grp)]
@@ -200,7 +205,7 @@ class _Lowering:
             deps = [g.add("h2d", "h2d", s, Copy("h2d", shard), deps, i, c, grp)]
             first = first or deps
         if self.dp > 1:
-            work = Collective("all_gather", params * self.param_bytes, "dp")
+            work = Collective("all_gather", params * self.param_bytes, frameworks.gather_axis(pl))
             deps = [g.add("zero3_gather", "dp_comm", s, work, deps, i, c, grp)]
         g.mem((first or deps)[0], "zero3_gathered", params * self.param_bytes)
         return deps[0]
@@ -229,8 +234,11 @@ class _Lowering:
         reduce_now = pl.zero_stage >= 2 or (not fwd and self.last_b[(s, c)] == i)
         n0 = len(self.computes[s])  # this stage's compute nodes so far, in stream order
         gathered = [None] * n_groups
-        on_demand = self.gathers_params and not fwd and BACKWARD_GATHER == "on_demand"
-        if self.gathers_params:
+        # FSDP2 prefetches the next unit in the backward too; without reshard it gathers nothing there
+        gathers = self.gathers_params and (fwd or not frameworks.keeps_gathered(pl))
+        on_demand = gathers and not fwd and BACKWARD_GATHER == "on_demand" and (pl.framework != "fsdp2"
+                                                                                 or not pl.backward_prefetch)
+        if gathers:
             gathered[0] = self.gather(s, i, c, groups[0], self.prefetch_after(s, n0))
         # Without overlap_comm, DeepSpeed's ZeRO-2/3 reduce each micro-step's gradients on the compute
         # stream (stage_1_and_2.py, DeepSpeedZeroOptimizer.average_tensor: the current stream unless
@@ -238,11 +246,14 @@ class _Lowering:
         serial = g.last.get((s, "dp_comm")) if pl.zero_stage >= 2 and not pl.overlap_comm else None
         prev, buckets = dep_node, _Buckets()
         for j, grp in enumerate(groups):
-            if self.gathers_params:
+            if gathers:
                 self.gather_next(s, i, c, groups, j, gathered, on_demand, n0)
             # TP collectives block the compute stream (Megatron calls them synchronously inside the
             # layer), so an op's first group also waits for the previous op's last TP collective.
             blocking = g.last.get((s, "tp_comm")) if j == 0 and self.tp > 1 else None
+            if fwd and (s, c) not in self.param_synced and frameworks.gathers_in_next_forward(pl):
+                work = Collective("all_gather", group_params * self.param_bytes, "dp")
+                gathered[j] = g.add("param_gather", "dp_comm", s, work, (), i, c, grp)  # the stream chains them
             work = self.compute_work(fwd, layers, head=last_vs and grp == n_groups - 1)
             comp = self.compute(s, fwd, work, (prev, gathered[j], blocking, serial if j == 0 else None),
                                 i, c, grp, layers)
@@ -253,6 +264,8 @@ class _Lowering:
                 self.fill_bucket(buckets, s, i, c, grp, comp, prev, group_params, last=j == n_groups - 1)
         for params, _, waiting in buckets.closed:  # without overlap: after the whole backward
             self.reduce(s, i, c, groups[-1], params, prev, waiting)
+        if fwd:
+            self.param_synced.add((s, c))
         needs_send = self.stages > 1 and ((fwd and not last_vs) or (not fwd and vs > 0))
         if not needs_send:
             return prev
@@ -273,7 +286,7 @@ class _Lowering:
             g.mem(comp, "activation", -act, at_end=True)
             g.mem(first, "activation", self.act_transient)
             g.mem(comp, "activation", -self.act_transient, at_end=True)
-        if self.gathers_params:
+        if self.gathers_params and not (fwd and frameworks.keeps_gathered(self.plan)):  # else freed by its backward
             g.mem(comp, "zero3_gathered", -(self.layer_params * layers) * self.param_bytes, at_end=True)
         return comp
 
@@ -366,19 +379,19 @@ class _Lowering:
             self.graph.mem(comp, "comm_bucket", group_params * self.grad_bytes)
             buckets.waiting.append(comp)
         buckets.params += group_params
-        if buckets.params >= pl.reduce_bucket_size or last:
+        per_unit = frameworks.reduces_per_unit(pl)
+        if buckets.params >= pl.reduce_bucket_size or last or per_unit:
             buckets.closed.append((buckets.params, after, buckets.waiting))
             buckets.params, buckets.waiting = 0.0, []
-            if pl.overlap_comm:
+            if pl.overlap_comm or per_unit:
                 self.reduce(s, i, c, grp, *buckets.closed.pop())
 
     def reduce(self, s, i, c, grp, params, after, waiting) -> None:
         """Reduce one bucket of gradients over DP (and copy its shard to the host when offloading)."""
         g, pl, node = self.graph, self.plan, after
         if self.dp > 1:
-            op = "all_reduce" if pl.zero_stage == 0 else "reduce_scatter"
-            work = Collective(op, params * self.grad_bytes, "dp")
-            node = g.add("grad_reduce", "dp_comm", s, work, (after,), i, c, grp)
+            for work in frameworks.grad_reduce(pl, params, self.grad_bytes):
+                node = g.add("grad_reduce", "dp_comm", s, work, (node,), i, c, grp)
             freed = -len(waiting) * self.layer_params * self.group_layers[c * self.stages + s] * self.grad_bytes
             g.mem(node, "comm_bucket", freed, at_end=True)
         if pl.offload_optimizer != "none":
@@ -399,9 +412,9 @@ class _Lowering:
             total = sum(self.chunk_layers[c * self.stages + s] for c in range(self.virtual)) // g_layers
             for k, first in enumerate(range(0, total, per_chunk)):
                 full = unit * min(per_chunk, total - first)            # parameters of the chunk on this rank
-                shard = full / dp if pl.zero_stage >= 1 else full      # the part this rank updates
+                shard = full / self.shard if pl.zero_stage >= 1 else full  # the part this rank updates
                 u = self.update(s, k, shard, ready[s])
-                if pl.zero_stage in (1, 2) and dp > 1:
+                if frameworks.gathers_after_step(pl) and dp > 1 and not frameworks.gathers_in_next_forward(pl):
                     work = Collective("all_gather", full * self.param_bytes, "dp")
                     g.add("param_gather", "dp_comm", s, work, (u,), group=k)
 

@@ -1,11 +1,11 @@
 """Bytes held over a step, per stage, tier and category: static model states + the tasks' deltas.
 
 The static part is zero_ref.memory's, unchanged: ``model_state_bytes(Ψ, zero_stage, dp, precision,
-tp, pp)`` on the GPU, or ``offload_placement`` (per pipeline stage and tensor rank: divided by
+tp, pp)`` on the GPU (dp: the ranks the states are sharded over, ``Plan.shard_group``: HSDP's dp_shard), or ``offload_placement`` (per pipeline stage and tensor rank: divided by
 tp·pp) across GPU / CPU / NVMe. The dynamic part comes from the task graph: activations of a
 micro-batch are allocated when its forward starts and freed when its backward ends, gathered
 ZeRO-3 parameters live from their all-gather to the end of the compute that uses them, unreduced
-gradient buckets from the backward to their reduce-scatter. Sorting every delta by time (frees
+gradient buckets from the backward to their reduction. Sorting every delta by time (frees
 before allocations at the same instant: a buffer freed as another is allocated is not held twice)
 and taking cumulative sums gives the timeline; its maxima are the peaks.
 
@@ -30,14 +30,13 @@ def static_bytes(model, plan) -> dict[str, dict[str, float]]:
     ``model`` is a sim Model or a parameter count Ψ.
     """
     psi = model if isinstance(model, int) else model.num_params
-    dp = plan.dp * plan.cp  # ZeRO shards over the dp·cp ranks that hold the same parameters
     out = {t: dict.fromkeys(CATEGORIES, 0.0) for t in TIERS}
     if plan.offload_optimizer == "none" and plan.offload_param == "none":
-        states = model_state_bytes(psi, zero_stage=plan.zero_stage, dp=dp, precision=plan.precision,
+        states = model_state_bytes(psi, zero_stage=plan.zero_stage, dp=plan.shard_group, precision=plan.precision,
                                    tp=plan.tp, pp=plan.pp)
         out["gpu"].update({_STATE[k]: getattr(states, k) for k in _STATE})
         return out
-    tiers = offload_placement(psi, zero_stage=plan.zero_stage, dp=dp, precision=plan.precision,
+    tiers = offload_placement(psi, zero_stage=plan.zero_stage, dp=plan.shard_group, precision=plan.precision,
                               offload_optimizer=plan.offload_optimizer, offload_param=plan.offload_param)
     for tier, states in tiers.items():
         out[tier].update({_STATE[k]: getattr(states, k) / (plan.tp * plan.pp) for k in _STATE})

@@ -104,7 +104,8 @@ class SimResult:
         """One line of results, and a second with the idle time by cause."""
         gib = 2**30
         return (f"{self.model.name} on {self.cluster.world_size} × {self.cluster.gpu.name}, "
-                f"tp {self.plan.tp} {self._cp()}pp {self.plan.pp} dp {self.plan.dp}, ZeRO-{self.plan.zero_stage}, "
+                f"tp {self.plan.tp} {self._cp()}pp {self.plan.pp} dp {self.plan.dp}, ZeRO-{self.plan.zero_stage}"
+                f"{'' if self.plan.framework == 'deepspeed' else f' ({self.plan.framework})'}, "
                 f"{self.plan.schedule} m={self.plan.num_microbatches}: step {self.step_time:.3f} s, "
                 f"{self.tflops_per_gpu:.1f} TFLOP/s per GPU (MFU {self.mfu:.1%}), bubble "
                 f"{self.bubble_fraction:.1%}, peak {self.peak_gpu_bytes / gib:.1f} GiB"

@@ -74,3 +74,11 @@ def test_a_long_sequence_plan_splits_the_sequence(capsys):
     text = capsys.readouterr().out
     first = next(line for line in text.splitlines() if line.startswith(" 1 "))
     assert " cp4u " in first and "cp=4 (ulysses)" in text
+def test_framework_option_plans_with_that_frameworks_collectives(capsys):
+    assert cli.main(["plan", "--model", "gpt3-1.3b", "--gpus", "16", "--top", "2", "--framework", "fsdp2"]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp2 settings" in out and "reshard_after_forward=" in out
+    assert all(" Z3 " in line and "fsdp2" in line for line in out.splitlines() if line[:2].strip().isdigit())
+    assert cli.main(["plan", "--model", "gpt3-1.3b", "--gpus", "16", "--framework", "megatron",
+                     "--write-config", "x.json"]) == 2
+    assert "--write-config writes a DeepSpeed config" in capsys.readouterr().err

