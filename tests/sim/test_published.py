@@ -471,3 +471,19 @@ def test_held_out_h100_rows_meet_the_issue_targets_with_the_default_constants():
     assert max(abs(r.time_error) for r in report.rows) <= 0.19
     fam = {f: validation.family_mape(report, f) for f in validation.HOPPER_FAMILIES}
     assert fam["fsdp"] <= 0.07 and fam["fp8"] <= 0.085 and fam["h100"] <= 0.08
+
+
+def test_fsdp_backward_post_gathers_wait_for_the_previous_unit():
+    """backward_prefetch=False (FSDP1's BACKWARD_POST, Composer's default, which llm-foundry's rows ran):
+    each backward all-gather starts when the previous unit's backward has ended; FSDP2's default
+    prefetches it during that backward."""
+    model = sim.Model("small", layers=6, hidden=512, heads=8, vocab=1000, seq=256)
+    cluster = sim.Cluster.preset("H100-80GB", nodes=2, gpus_per_node=4)
+    for prefetch in (True, False):
+        plan = sim.Plan(zero_stage=3, dp=8, framework="fsdp2", backward_prefetch=prefetch, attention="flash")
+        r = sim.simulate(model, cluster, plan, sim.Costs(), granularity="layer")
+        kinds = [KINDS[k] for k in r.graph.kind]
+        gathers = [i for i, k in enumerate(kinds) if k == "zero3_gather"][6:]  # the backward's
+        bwd = [i for i, k in enumerate(kinds) if k == "backward"]
+        waits = [r.start[gat] >= r.end[prev] - 1e-15 for gat, prev in zip(gathers[1:], bwd)]
+        assert all(waits) if not prefetch else not waits[0]  # prefetched: issued while unit 0's backward runs
