@@ -15,7 +15,7 @@ from sim.spec.hardware import GPU, GPUS, Cluster
 from sim.spec.model import MODELS, Model
 from sim.spec.plan import Plan
 from sim.step.event_schedule import Contention, DoesNotFit, MemoryCap, SharedLink
-from sim.step.pipeline import Slot, bubble_fraction, bubble_overhead, pipeline_timeline, schedule_order
+from sim.step.pipeline import Slot, bubble_fraction, bubble_overhead, pipeline_timeline, schedule_order, zb_h1_bubble
 from sim.step.simulate import Event, SimResult, simulate
 from sim.views.trace import chrome_trace, write_chrome_trace
 from zero_ref.parallel.schedules import stage_order, warmup_count  # the orders the simulator times (ch.20, ch.23)
@@ -23,4 +23,4 @@ from zero_ref.parallel.schedules import stage_order, warmup_count  # the orders 
 __all__ = ["GPU", "GPUS", "MODELS", "Cluster", "Model", "Plan", "Costs", "CostModel", "Event", "SimResult",
            "Contention", "DoesNotFit", "MemoryCap", "SharedLink",
            "simulate", "chrome_trace", "write_chrome_trace", "Slot", "bubble_fraction", "bubble_overhead",
-           "pipeline_timeline", "schedule_order", "stage_order", "warmup_count"]
+           "pipeline_timeline", "schedule_order", "stage_order", "warmup_count", "zb_h1_bubble"]

@@ -16,12 +16,13 @@ longer. So the step is at least the critical chain with every other task free: s
 start its first forward before stages 0 … s−1 have each run one chunk forward (with its TP
 collectives and the send), then runs all its forwards and backwards one after another (compute
 and blocking TP collectives form one chain), and its last backward must then travel back
-through stages s−1 … 0; then stage 0 runs its optimizer step (ZeRO-1/2: and all-gathers the
-updated parameters). Streams that run one task at a time give further bounds, the sum of their
-tasks: the DP stream (ZeRO-2/3 reduce every backward, ZeRO-3 gathers every layer group twice per
-micro-batch: sim.step.frameworks says with which collectives), parameter copies from the host or NVMe.
-Context parallelism divides a rank's compute, activations and messages by cp and ZeRO's shards by
-dp·cp; its own traffic is left out (free), which keeps the bounds below the simulator's.
+through stages s−1 … 0 (ZB-H1: only its input-gradient pass B travels, and up to min(s, m) + 1 of
+stage s's weight-gradient passes W may run after its last B); then stage 0 runs its optimizer step
+(ZeRO-1/2: and all-gathers the updated parameters). Streams that run one task at a time give further
+bounds, the sum of their tasks: the DP stream (ZeRO-2/3 reduce every backward, ZeRO-3 gathers every
+layer group twice per micro-batch: sim.step.frameworks says with which collectives), parameter copies
+from the host or NVMe. Context parallelism divides a rank's compute, activations and messages by cp and
+ZeRO's shards by dp·cp; its own traffic is left out (free), which keeps the bounds below the simulator's.
 tests/sim/test_search.py checks both bounds against the simulator on random plans.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from sim.cost.cost_model import CostModel
-from sim.cost.flops import head_forward_flops, layer_elementwise_bytes, layer_flops
+from sim.cost.flops import attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step import frameworks
 from sim.step.memory_timeline import static_bytes
@@ -108,6 +109,13 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     send = d(Collective("p2p", 2 * width * b * model.seq * model.hidden / (tp * cp), "pp")) if p > 1 else 0.0
     chain = max(s * (f_c + b_c + 2 * send) + v * m * (f_c + b_c) + (head_time if s == p - 1 else 0.0)
                 for s in range(p))
+    if plan.schedule == "zb-h1":  # W passes (a layer's weight GEMMs: its forward less the attention core) may trail
+        core = 0.0 if plan.attention == "flash" else attention_core_flops(model, b) / (tp * cp)  # flash: not in fwd
+        w_c = d(Compute(n * (fwd - core)))
+        w_last = w_c + d(Compute(hf))  # the last stage's W also holds one head GEMM
+        chain = max(s * (f_c + send) + m * (f_c + b_c) + (head_time if s == p - 1 else 0.0)
+                    + max(0.0, s * (b_c - w_c + send) - (min(s, m) + 1) * (w_last if s == p - 1 else w_c))
+                    for s in range(p))
 
     r = recipe(plan.precision)
     pb, gb = r.bytes_per_param("params"), r.bytes_per_param("grads")

@@ -255,6 +255,8 @@ def _plans_of(model, space, world, tp, cp, kind, pp, global_batch, precision) ->
             schedules = [("1f1b", 1)] if "1f1b" in space.schedules or pp == 1 else []
             if "interleaved" in space.schedules and pp > 1 and m % pp == 0:
                 schedules += [("interleaved", v) for v in space.virtual if model.layers % (pp * v) == 0]
+            if "zb-h1" in space.schedules and pp > 1:  # opt-in: Space(schedules=("1f1b", "zb-h1"))
+                schedules.append(("zb-h1", 1))
             sps = sorted({sp and tp > 1 for sp in space.sequence_parallel})  # SP needs a TP group
             for (schedule, v), zero, rc, sp, (off_opt, off_par) in itertools.product(
                     schedules, space.zero_stages, space.recompute, sps, space.offload):

@@ -12,7 +12,7 @@ from zero_ref import config as ds_config
 from zero_ref.memory import RECIPES, ALIASES
 from sim.spec.checks import one_of, positive_int
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
@@ -30,7 +30,8 @@ class Plan:
 
     Each step runs ``num_microbatches`` micro-batches of ``micro_batch_size`` sequences per pipeline
     (DeepSpeed's gradient_accumulation_steps); the global batch is micro_batch_size ×
-    num_microbatches × dp. ``schedule`` 'interleaved' splits each stage into ``virtual`` chunks.
+    num_microbatches × dp. ``schedule`` 'interleaved' splits each stage into ``virtual`` chunks;
+    'zb-h1' is zero-bubble ZB-H1 (the backward split into input- and weight-gradient passes).
     ZeRO knobs (DeepSpeed names): ``overlap_comm`` reduces gradients bucket by bucket during
     backward (else after it), ``reduce_bucket_size``/``allgather_bucket_size`` in elements;
     ``offload_optimizer``/``offload_param`` 'none' | 'cpu' | 'nvme'. ``gradient_clipping`` > 0 adds a

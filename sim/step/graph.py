@@ -12,7 +12,7 @@ from __future__ import annotations
 STREAMS = ("compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "nvme", "cpu", "cp_comm")
 KINDS = ("forward", "backward", "tp_comm", "send_fwd", "send_bwd", "zero3_gather", "grad_reduce", "grad_norm",
          "optimizer", "param_gather", "cpu_adam", "h2d", "d2h", "nvme_read", "nvme_write",
-         "attention", "cp_send", "cp_all_to_all")
+         "attention", "cp_send", "cp_all_to_all", "weight_grad")
 CATEGORIES = ("param", "grad", "optim", "activation", "zero3_gathered", "comm_bucket")
 TIERS = ("gpu", "cpu", "nvme")
 _S, _K, _C, _T = ({n: i for i, n in enumerate(x)} for x in (STREAMS, KINDS, CATEGORIES, TIERS))
@@ -76,7 +76,8 @@ def node_name(graph: TaskGraph, i: int) -> str:
     kind, mb, chunk, grp = KINDS[graph.kind[i]], graph.mb[i], graph.chunk[i], graph.group[i]
     if mb < 0:
         return f"{kind} {grp}" if grp >= 0 else kind
-    phase = "F" if kind in ("forward", "send_fwd") else "B" if kind in ("backward", "send_bwd") else ""
+    phase = ("F" if kind in ("forward", "send_fwd") else "B" if kind in ("backward", "send_bwd")
+             else "W" if kind == "weight_grad" else "")
     op = f"{phase or 'mb'}{mb}" + (f".c{chunk}" if graph.virtual > 1 else "")
     if grp < 0:
         return f"{kind} {op}"

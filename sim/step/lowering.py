@@ -8,7 +8,9 @@ Per micro-batch op (F or B of one model chunk on one stage) and layer group:
     TP collectives of the group (blocking: the next compute waits)         tp_comm
     B: gradient reduce per bucket (the plan's framework's collectives, sim.step.frameworks;
        0–1 after the last micro-batch's backward, 2–3 after every one) (→ D2H when offloading)  dp_comm
-then a send of the op's output to the neighbouring stage (pp_comm; each TP rank sends 1/t of it,
+ZB-H1 (schedule 'zb-h1') splits each backward into B (input gradients: compute, TP collectives,
+send) and a later W (weight gradients, compute only); the gradient buckets fill and reduce after W.
+Then a send of the op's output to the neighbouring stage (pp_comm; each TP rank sends 1/t of it,
 Megatron's scatter/gather). A compute node's work holds its FLOPs and the bytes of its element-wise
 kernels (sim.cost.flops.layer_elementwise_bytes). After the last op: an optional
 global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the GPU, or (NVMe read
@@ -53,7 +55,8 @@ from dataclasses import dataclass, field
 from zero_ref.memory import recipe
 from zero_ref.parallel.context import ring_bytes
 from sim.cost import context
-from sim.cost.flops import CAUSAL, attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops
+from sim.cost.flops import (CAUSAL, attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops,
+                             layer_forward_flops)
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step import frameworks
 from sim.step.graph import TaskGraph
@@ -127,7 +130,10 @@ class _Lowering:
         self.param_synced: set = set()  # (stage, chunk) whose parameters Megatron's overlapped gather delivered
         self.chunk_layers = layer_split(model.layers, stages * virtual)  # layers of virtual stage c·p + s
         nodes_per_group = 2 + (tp > 1) + 3 * self.gathers_params + (4 * cp + 6 if cp > 1 else 0)
-        self.group_layers = _group_sizes(granularity, self.chunk_layers, 2 * stages * virtual * self.microbatches,
+        self.split_w = plan.schedule == "zb-h1"  # weight gradients in their own op W
+        self.grad_kind = "W" if self.split_w else "B"  # the op whose gradients go to the DP reduce
+        self.group_layers = _group_sizes(granularity, self.chunk_layers,
+                                         (2 + self.split_w) * stages * virtual * self.microbatches,
                                          nodes_per_group)
         self.graph = TaskGraph(stages, virtual, max(self.group_layers),
                                max(n // k for n, k in zip(self.chunk_layers, self.group_layers)),
@@ -143,6 +149,8 @@ class _Lowering:
         self.head_flops = head_forward_flops(model, b) / (tp * cp) if head else 0.0
         if cp > 1:
             self.context_parallel_terms(model, b)
+        self.layer_w_flops = self.weight_grad_flops(b) if self.split_w else 0.0
+        self.layer_bwd_flops -= self.layer_w_flops
         # element-wise kernels' bytes, forward and backward (plus what the backward recomputes)
         ew = layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=self.width, attention=att)
         ew = {k: v / cp for k, v in ew.items()}  # s/cp tokens' queries (against all s keys)
@@ -160,10 +168,16 @@ class _Lowering:
             self.activation(rc) if rc == "selective" else 0)
         self.order = schedule_order(plan.schedule, stages, self.microbatches, virtual)
         self.computes: list[list[int]] = [[] for _ in range(stages)]
-        self.last_b = {}  # (stage, chunk) -> the micro-batch whose backward comes last
+        self.last_b = {}  # (stage, chunk) -> the micro-batch whose gradient op (B, or W) comes last
         for s, kind, i, c in self.order:
-            if kind == "B":
+            if kind == self.grad_kind:
                 self.last_b[(s, c)] = i
+
+    def weight_grad_flops(self, batch: int) -> float:
+        """One layer's W pass on one TP rank: each weight GEMM's weight gradient costs its forward's
+        FLOPs, so W = the forward less the attention core (QKᵀ and scores × V have no weights: their
+        backward, 2 × 4bs²h, is all input gradient, in B with any recomputation)."""
+        return (layer_forward_flops(self.model, batch) - attention_core_flops(self.model, batch)) / (self.tp * self.cp)
 
     def activation(self, recompute: str) -> float:
         """Bytes one layer keeps for its backward under ``recompute``."""
@@ -172,11 +186,13 @@ class _Lowering:
                                                         recompute=recompute, attention=pl.attention).total / self.cp
 
     def compute_work(self, forward: bool, layers: int, head: bool) -> Compute:
-        """A group of ``layers`` layers, forward or backward, with the output head's FLOPs when ``head``."""
+        """A group of ``layers`` layers, forward or backward, with the output head's FLOPs when ``head``
+        (ZB-H1's B takes one head GEMM, its W the other)."""
         if forward:
             return Compute(layers * self.layer_fwd_flops + self.head_flops if head else layers * self.layer_fwd_flops,
                            layers * self.layer_fwd_bytes, layers * self.layer_fwd_attn)
-        return Compute(layers * self.layer_bwd_flops + 2 * self.head_flops if head else layers * self.layer_bwd_flops,
+        head_b = (1 if self.split_w else 2) * self.head_flops
+        return Compute(layers * self.layer_bwd_flops + head_b if head else layers * self.layer_bwd_flops,
                        layers * self.layer_bwd_bytes, layers * self.layer_bwd_attn)
 
     def tp_work(self, forward: bool, layers: int) -> Collective:
@@ -224,6 +240,8 @@ class _Lowering:
 
     def op(self, s, kind, i, c, dep_node) -> int:
         """One forward or backward of micro-batch i, chunk c on stage s; returns its output node."""
+        if kind == "W":
+            return self.weight_op(s, i, c, dep_node)
         g, pl, fwd = self.graph, self.plan, kind == "F"
         vs = c * self.stages + s
         layers = self.group_layers[vs]
@@ -231,7 +249,7 @@ class _Lowering:
         group_params = self.layer_params * layers
         last_vs = vs == self.stages * self.virtual - 1
         groups = list(range(n_groups)) if fwd else list(reversed(range(n_groups)))
-        reduce_now = pl.zero_stage >= 2 or (not fwd and self.last_b[(s, c)] == i)
+        reduce_now = kind == self.grad_kind and (pl.zero_stage >= 2 or self.last_b[(s, c)] == i)
         n0 = len(self.computes[s])  # this stage's compute nodes so far, in stream order
         gathered = [None] * n_groups
         # FSDP2 prefetches the next unit in the backward too; without reshard it gathers nothing there
@@ -260,7 +278,7 @@ class _Lowering:
             prev = comp
             if self.tp > 1:
                 prev = g.add("tp_comm", "tp_comm", s, self.tp_work(fwd, layers), (comp,), i, c, grp)
-            if not fwd and reduce_now:
+            if reduce_now:
                 self.fill_bucket(buckets, s, i, c, grp, comp, prev, group_params, last=j == n_groups - 1)
         for params, _, waiting in buckets.closed:  # without overlap: after the whole backward
             self.reduce(s, i, c, groups[-1], params, prev, waiting)
@@ -270,6 +288,28 @@ class _Lowering:
         if not needs_send:
             return prev
         return g.add("send_fwd" if fwd else "send_bwd", "pp_comm", s, self.send, (prev,), i, c)
+
+    def weight_op(self, s, i, c, dep_node) -> int:
+        """ZB-H1's W of micro-batch i, chunk c on stage s: each group's weight gradients, last layer
+        first, filling the DP buckets; the activations the B left for it are freed as it ends."""
+        g, pl = self.graph, self.plan
+        vs = c * self.stages + s
+        layers = self.group_layers[vs]
+        n_groups = self.chunk_layers[vs] // layers
+        last_vs = vs == self.stages * self.virtual - 1
+        reduce_now = pl.zero_stage >= 2 or self.last_b[(s, c)] == i
+        prev, buckets = dep_node, _Buckets()
+        for j, grp in enumerate(reversed(range(n_groups))):
+            flops = layers * self.layer_w_flops + (self.head_flops if last_vs and grp == n_groups - 1 else 0.0)
+            comp = g.add("weight_grad", "compute", s, Compute(flops, 0.0), (prev,), i, c, grp)
+            self.computes[s].append(comp)
+            g.mem(comp, "activation", -self.layer_activation * layers, at_end=True)
+            prev = comp
+            if reduce_now:
+                self.fill_bucket(buckets, s, i, c, grp, comp, comp, self.layer_params * layers, last=j == n_groups - 1)
+        for params, _, waiting in buckets.closed:
+            self.reduce(s, i, c, 0, params, prev, waiting)
+        return prev
 
     def compute(self, s, fwd, work, deps, i, c, grp, layers) -> int:
         """A group's forward or backward on the compute stream, with its activation and gathered-parameter memory."""
@@ -283,7 +323,8 @@ class _Lowering:
         if fwd:
             g.mem(first, "activation", act)
         else:
-            g.mem(comp, "activation", -act, at_end=True)
+            if not self.split_w:  # (ZB-H1: freed by the W, which still needs them)
+                g.mem(comp, "activation", -act, at_end=True)
             g.mem(first, "activation", self.act_transient)
             g.mem(comp, "activation", -self.act_transient, at_end=True)
         if self.gathers_params and not (fwd and frameworks.keeps_gathered(self.plan)):  # else freed by its backward

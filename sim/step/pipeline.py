@@ -10,6 +10,10 @@ stage idles (p − 1)(t_f + t_b) of that, so
 Interleaving v model chunks per stage divides the idle time by v: (p − 1) / (v·m + p − 1), where
 each chunk's forward/backward takes t_f/v, t_b/v.
 
+ZB-H1 (Qi et al. 2023) splits the backward into B (input gradient, t_b) and W (weight gradient, t_w),
+1F1B's backward being t_b + t_w. Deferred W passes fill the cool-down: each stage idles
+(p − 1)(t_f + t_b − t_w) instead of (p − 1)(t_f + t_b + t_w) (``zb_h1_bubble``).
+
 The orders are written as explicit phases with counts computed up front (``warmup_count``,
 ``stage_order``: warm-up, steady 1F1B, cool-down); ``schedule_order`` merges the stages' orders
 into one topological order, which the simulator's task graph (sim.step.lowering) is built in.
@@ -40,9 +44,27 @@ def bubble_overhead(stages: int, microbatches: int, virtual: int = 1) -> float:
     return (stages - 1) / (virtual * microbatches)
 
 
+def zb_h1_bubble(stages: int, microbatches: int, t_f: float, t_b: float, t_w: float) -> float:
+    """ZB-H1's idle share of the step: idle / (m(t_f + t_b + t_w) + idle), idle = (p − 1)(t_f + t_b − t_w).
+
+    Qi et al.'s closed form, exact on the free-communication timeline when m ≥ p and t_w ≤ t_f ≤ t_b
+    (a W then always fits in the gap it fills; tests/sim/test_pipeline.py checks where it holds).
+    Outside those conditions it is a ValueError: ``pipeline_timeline(..., 'zb-h1', t_w=...)`` times any case."""
+    _check(stages, microbatches)
+    for name, t in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w)):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
+            raise ValueError(f"{name} must be a non-negative number of seconds, got {t!r}")
+    if microbatches < stages or not t_w <= t_f <= t_b:
+        raise ValueError(f"ZB-H1's closed form needs m ≥ p and t_w ≤ t_f ≤ t_b, got p={stages}, m={microbatches}, "
+                         f"t_f={t_f:.3g}, t_b={t_b:.3g}, t_w={t_w:.3g}; time this case with "
+                         "sim.pipeline_timeline(p, m, 'zb-h1', t_f, t_b, t_w=t_w)")
+    idle = (stages - 1) * (t_f + t_b - t_w)
+    return idle / (microbatches * (t_f + t_b + t_w) + idle)
+
+
 @dataclass(frozen=True)
 class Slot:
-    """One unit of work on one stage: ``kind`` 'F' or 'B' of ``microbatch`` (model ``chunk``) from ``start`` to ``end``."""
+    """One op on one stage: ``kind`` 'F', 'B' or 'W' of ``microbatch`` (model ``chunk``), ``start`` to ``end``."""
 
     stage: int
     kind: str
@@ -56,10 +78,12 @@ def dependency(kind: str, stage: int, microbatch: int, chunk: int, stages: int, 
     """The op that must finish before this one, as (kind, stage, microbatch, chunk), or None.
 
     Virtual stage c·p + s holds chunk c of stage s. F needs the previous virtual stage's F; B needs
-    the next virtual stage's B; the last virtual stage's B needs its own F.
+    the next virtual stage's B; the last virtual stage's B needs its own F; W needs its own B.
     """
     p, last = stages, stages * virtual - 1
     vs = chunk * p + stage
+    if kind == "W":
+        return ("B", stage, microbatch, chunk)
     if kind == "F":
         return None if vs == 0 else ("F", (vs - 1) % p, microbatch, (vs - 1) // p)
     if vs == last:
@@ -79,7 +103,7 @@ def schedule_order(schedule: str, stages: int, microbatches: int,
     taken: set = set()
     cursor = [0] * p
     out: list[tuple[int, str, int, int]] = []
-    total = 2 * p * m * v
+    total = sum(len(o) for o in orders)
     while len(out) < total:
         progressed = False
         for s in range(p):
@@ -98,20 +122,25 @@ def schedule_order(schedule: str, stages: int, microbatches: int,
 
 
 def pipeline_timeline(stages: int, microbatches: int, schedule: str = "1f1b",
-                      t_f: float = 1.0, t_b: float = 2.0, virtual: int = 1) -> list[Slot]:
+                      t_f: float = 1.0, t_b: float = 2.0, virtual: int = 1, t_w: float = 0.0) -> list[Slot]:
     """Start and end of every forward/backward on every stage, by list scheduling.
 
     Each op starts when its stage is free and its input is ready: F(s, i) needs F(s−1, i);
     B(s, i) needs B(s+1, i) (and F(s, i)); with ``virtual`` chunks the neighbours are virtual
     stages. ``t_f``/``t_b`` are per op (per chunk when interleaved). Communication is free.
+    ``t_w``: the weight-gradient share of the backward. ZB-H1 runs it as its own op W (B takes
+    t_b); the other schedules inside the backward (B takes t_b + t_w), so one (t_f, t_b, t_w)
+    compares them on the same work.
     """
+    t_full = t_b + t_w if schedule != "zb-h1" else t_b
+    durations = {"F": t_f, "B": t_full, "W": t_w}
     done: dict[tuple[str, int, int, int], float] = {}
     free = [0.0] * stages
     slots: list[Slot] = []
     for s, kind, i, c in schedule_order(schedule, stages, microbatches, virtual):
         dep = dependency(kind, s, i, c, stages, virtual)
         start = max(free[s], done[dep] if dep else 0.0)
-        end = start + (t_f if kind == "F" else t_b)
+        end = start + durations[kind]
         done[(kind, s, i, c)] = free[s] = end
         slots.append(Slot(s, kind, i, start, end, c))
     return slots

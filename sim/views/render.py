@@ -27,7 +27,8 @@ from sim.step.pipeline import bubble_fraction, bubble_overhead
 STREAM_COLORS = {"compute": "tab:blue", "tp_comm": "tab:orange", "dp_comm": "tab:green",
                  "pp_comm": "tab:purple", "h2d": "tab:brown", "d2h": "sienna", "nvme": "tab:olive",
                  "cpu": "tab:gray", "cp_comm": "tab:red"}
-KIND_COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "attention": "#6baed6", "optimizer": "#636363"}  # on the compute row
+KIND_COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "attention": "#6baed6", "weight_grad": "#08519c",
+               "optimizer": "#636363"}  # on the compute row
 # torch.profiler._memory_profiler's _CATEGORY_TO_COLORS, by the sim category each one stands for
 MEMORY_COLORS = {"param": "darkgreen", "zero3_gathered": "darkgreen", "optim": "goldenrod",
                  "comm_bucket": "mediumpurple", "activation": "red", "grad": "mediumblue"}
@@ -127,13 +128,13 @@ def gantt(result, ax=None, stages=None, streams=None, labels="auto", height=0.8)
 
 
 def _op_spans(result, stages) -> dict[tuple, list[float]]:
-    """(stage, 'F'|'B', micro-batch, chunk) -> [start of its first compute node, end of its last]."""
-    g, fwd, bwd = result.graph, KINDS.index("forward"), KINDS.index("backward")
-    want = set(stages)
+    """(stage, 'F'|'B'|'W', micro-batch, chunk) -> [start of its first compute node, end of its last]."""
+    g, want = result.graph, set(stages)
+    phase = {KINDS.index("forward"): "F", KINDS.index("backward"): "B", KINDS.index("weight_grad"): "W"}
     spans: dict[tuple, list[float]] = {}
     for i in range(len(g)):
-        if g.kind[i] in (fwd, bwd) and g.stage[i] in want:
-            key = (g.stage[i], "F" if g.kind[i] == fwd else "B", g.mb[i], g.chunk[i])
+        if g.kind[i] in phase and g.stage[i] in want:
+            key = (g.stage[i], phase[g.kind[i]], g.mb[i], g.chunk[i])
             span = spans.setdefault(key, [float(result.start[i]), float(result.end[i])])
             span[1] = float(result.end[i])
     return spans

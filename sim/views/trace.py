@@ -85,7 +85,7 @@ def chrome_trace(result) -> dict:
             ev["cat"] = "cpu_op"
         events.append(ev)
         if stream == "compute" and g.mb[i] >= 0:
-            key = (s, "F" if kind == "forward" else "B", g.mb[i], g.chunk[i])
+            key = (s, {"forward": "F", "weight_grad": "W"}.get(kind, "B"), g.mb[i], g.chunk[i])
             span = spans.setdefault(key, [result.start[i], result.end[i]])
             span[1] = result.end[i]
     for (s, phase, mb, chunk), (a, b) in spans.items():

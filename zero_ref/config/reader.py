@@ -115,6 +115,7 @@ def problems(config, dp: int | None = None, *, strict: bool = True,
     reader = _Reader(strict, unknown_keys)
     cfg = reader.config(raw)
     if dp is not None and not reader.errors:
+        reader.ranks_rules(cfg, dp)
         reader.batch(cfg, dp)  # for its errors
     return reader.errors
 
@@ -130,6 +131,7 @@ def parse(config, dp: int | None = None, *, strict: bool = True, unknown_keys: s
     reader = _Reader(strict, unknown_keys)
     cfg = reader.config(raw)
     if dp is not None and not reader.errors:
+        reader.ranks_rules(cfg, dp)
         cfg = replace(cfg, batch=reader.batch(cfg, dp))
     for w in reader.warned:
         warnings.warn(ConfigWarning(str(w)), stacklevel=2)

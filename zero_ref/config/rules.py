@@ -7,10 +7,11 @@ without effect):
 
 - ``cross_rules``: fp16 with bf16, compute_grad_norm off outside stages 1-2, the reduction dtype
   against the training dtype (a limit), ZeRO-2/3 with a pipeline section, stage-3 keys below stage 3
-  (a note), a schedule shorter than its warm-up (a note);
+  and ZeRO++ keys below stage 3 (a note), a schedule shorter than its warm-up (a note);
 - ``offload_rules``: DeepSpeed's offload rules (which stage; partial offload at stage 3 only) and
   zero_ref's limits (NVMe needs its path at once; no partial offload; parameters on NVMe need the
   optimizer there too, on the same path);
+- ``ranks_rules``: what needs the data-parallel size besides the batch (hpZ's sub-groups tile the ranks);
 - ``batch_shape``: what the batch keys say without the data-parallel size (nothing, or no dp fits);
 - ``batch``: zero_ref.config.batch's arithmetic on ``dp`` ranks, with a message that names the fix.
 """
@@ -20,6 +21,9 @@ import os
 
 from zero_ref.config.batch import KEYS as BATCH_KEYS, BatchConfig, resolve_batch_sizes
 from zero_ref.config.schema import Config, OffloadOptimizerConfig, OffloadParamConfig, show as _show
+
+ZEROPP_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
+               "zero_quantized_nontrainable_weights")
 
 
 class ConfigRules:
@@ -47,7 +51,7 @@ class ConfigRules:
                                                   "parallelism; use stage 0 or 1")
         given = raw.get("zero_optimization", {})
         if zero.stage != 3:
-            for k in sorted(k for k in given if k.startswith("stage3_")):
+            for k in sorted(k for k in given if k.startswith("stage3_") or k in ZEROPP_KEYS):
                 self.notes.append(f"zero_optimization.{k} has no effect at stage {zero.stage} (stage 3 only)")
         sch = cfg.scheduler
         if sch is not None and getattr(sch.params, "total_num_steps", None) is not None:
@@ -109,6 +113,18 @@ class ConfigRules:
         elif tbs is not None and gas is not None and tbs % gas:
             self.error("train_batch_size", f"{tbs} is not a multiple of gradient_accumulation_steps {gas}: no number "
                                            "of ranks satisfies train_batch_size = micro × accumulation × dp")
+
+    def ranks_rules(self, cfg: Config, dp: int) -> None:
+        """Rules that need the data-parallel size: hpZ's sub-groups tile the ranks. DeepSpeed takes
+        min(zero_hpz_partition_size, world size) and asserts it divides the world size
+        (utils/groups.py, ``_create_zero_param_parallel_group``)."""
+        zero = cfg.zero_optimization
+        g = min(zero.zero_hpz_partition_size, dp)
+        if zero.stage == 3 and g > 1 and dp % g:
+            self.error("zero_optimization.zero_hpz_partition_size",
+                       f"={zero.zero_hpz_partition_size} does not divide the {dp} data-parallel ranks: hpZ's "
+                       "sub-groups are consecutive ranks (a node) that tile them; use the ranks per node, a "
+                       f"divisor of {dp}, or 1 to turn hpZ off")
 
     def batch(self, cfg: Config, dp: int) -> BatchConfig | None:
         """DeepSpeed's arithmetic (zero_ref.config.batch) on ``dp`` ranks, with a message that names the fix."""

@@ -173,12 +173,15 @@ class ZeroConfig:
                                       why="not implemented")
     parameter_alignment: bool = key(False, "16-byte-align each parameter in the flat buffers", only=(False,),
                                     why="parameters are packed end to end")
-    zero_hpz_partition_size: int = key(1, "ZeRO++ hpZ secondary partition size", only=(1,),
-                                       why="ZeRO++ is not implemented")
-    zero_quantized_weights: bool = key(False, "ZeRO++ qwZ", only=(False,), why="ZeRO++ is not implemented")
-    zero_quantized_nontrainable_weights: bool = key(False, "quantized frozen weights", only=(False,),
-                                                    why="ZeRO++ is not implemented")
-    zero_quantized_gradients: bool = key(False, "ZeRO++ qgZ", only=(False,), why="ZeRO++ is not implemented")
+    # ZeRO++ (DeepSpeed 0.19.8: runtime/zero/config.py; zero_ref.stages.zero3.zeropp). Below stage 3 DeepSpeed reads
+    # them and does nothing with them (only its stage-3 optimizer takes them): a note here.
+    zero_hpz_partition_size: int = key(1, "ZeRO++ hpZ: a secondary parameter partition over this many consecutive "
+                                          "ranks (a node); 0 or 1: off", ge=0)
+    zero_quantized_weights: bool = key(False, "ZeRO++ qwZ: all-gather ZeRO-3 weights as int8 blocks")
+    zero_quantized_nontrainable_weights: bool = key(False, "ZeRO++: all-gather frozen weights as int8 blocks",
+                                                    zero_ref="used for the gathers; the partitions stay full precision "
+                                                             "(DeepSpeed stores them in int8)")
+    zero_quantized_gradients: bool = key(False, "ZeRO++ qgZ: reduce gradients by a hierarchical int4 all-to-all")
     memory_efficient_linear: bool = key(True, "ZeRO-3's linear that saves no gathered weight",
                                         noop="saved-tensor hooks already save no gathered weight")
     pipeline_loading_checkpoint: bool = key(False, "load checkpoints in pipeline mode", only=(False,),

@@ -45,6 +45,7 @@ from zero_ref.optim import AdamConfig
 from zero_ref.precision import FP16_DEFAULTS, loss_scaler_from_config
 from zero_ref.stages import STAGES
 from zero_ref.stages.zero3 import unit_of
+from zero_ref.stages.zero3.zeropp import ZeroPP
 
 __all__ = ["initialize", "Engine", "ENGINES"]
 
@@ -155,7 +156,9 @@ class Engine(TorchBackward, Accessors, nn.Module):
             kw.update(prefetch_bucket_size=z.stage3_prefetch_bucket_size,
                       param_persistence_threshold=z.stage3_param_persistence_threshold,
                       max_live_parameters=z.stage3_max_live_parameters,
-                      max_reuse_distance=z.stage3_max_reuse_distance)
+                      max_reuse_distance=z.stage3_max_reuse_distance,
+                      zeropp=ZeroPP(z.zero_quantized_weights, z.zero_hpz_partition_size, z.zero_quantized_gradients,
+                                    z.zero_quantized_nontrainable_weights))
         return kw
 
     def _scheduler(self, client):

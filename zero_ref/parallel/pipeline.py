@@ -1,8 +1,9 @@
-"""Pipeline parallelism on real ranks: stages, the GPipe / 1F1B / interleaved schedules, bubbles.
+"""Pipeline parallelism on real ranks: stages, the GPipe / 1F1B / interleaved / ZB-H1 schedules, bubbles.
 
 The model is cut into p·v contiguous *virtual stages*; pipeline rank s holds virtual stages
 s, s + p, …, s + (v − 1)·p (its v *chunks*; v = 1 without interleaving). A step cuts the batch into
-m micro-batches, and each rank runs its schedule's list of forwards (F) and backwards (B):
+m micro-batches, and each rank runs its schedule's list of forwards (F) and backwards (B; in ZB-H1
+only the input gradient, the weight gradient following later as W, see ``zero_bubble``):
 
     stages = split_gpt(model, p * v)                     # every rank builds the same full model
     pipe = Pipeline(stages[rank::p], rank, ranks, schedule="1f1b", microbatches=m)
@@ -11,12 +12,12 @@ m micro-batches, and each rank runs its schedule's list of forwards (F) and back
 Activations go forward and their gradients backward with real point-to-point sends
 (``zero_ref.comm``). Sends never block (``isend``), so a rank only waits in a receive, for an
 input its schedule needs next; the schedules are ordered so those waits always end. Each rank
-times its compute (``perf_counter`` around every F and B); the rest of the step is its share of
+times its compute (``perf_counter`` around every F, B and W); the rest of the step is its share of
 the bubble, and ``measured_bubble`` puts the stages together.
 
 Gradients accumulate over the m micro-batches; a data-parallel optimizer (a ``zero_ref.stages``
 stage with ``gradient_accumulation_steps=1``) reduces them *during the last backward* of the
-step (picotron's placement). With tied embeddings the first and last stages each hold a copy of
+step (picotron's placement; ZB-H1 after the schedule). With tied embeddings the first and last stages each hold a copy of
 the word embedding; their gradients are summed between the two stages first, and only then
 reduced over data-parallel ranks (DeepSpeed's ReduceTiedGrads, then ReduceGrads).
 """
@@ -33,6 +34,7 @@ from zero_ref import comm
 from zero_ref.measure import saved_activation_bytes
 from zero_ref.parallel.partition import GPTStage, partition, split_gpt  # noqa: F401  (re-exported)
 from zero_ref.parallel.schedules import check_schedule, stage_order
+from zero_ref.parallel.zero_bubble import input_backward, weight_backward
 
 ZERO_WITH_PP = (
     "ZeRO stage {stage} cannot be combined with pipeline parallelism (DeepSpeed's PipelineEngine refuses it "
@@ -49,7 +51,7 @@ ZERO_WITH_PP = (
 
 @dataclass(frozen=True)
 class Op:
-    """One forward or backward on this rank: perf_counter seconds (one clock for all local processes)."""
+    """One F, B or W on this rank: perf_counter seconds (one clock for all local processes)."""
 
     kind: str
     microbatch: int
@@ -87,13 +89,13 @@ def measured_bubble(stats: list[StepStats]) -> float:
     return 1.0 - sum(s.busy for s in stats) / (len(stats) * span)
 
 
-def mean_op_times(stats: list[StepStats]) -> tuple[float, float]:
-    """Mean seconds of one forward and one backward over every stage: the simulator's t_f, t_b."""
+def mean_op_times(stats: list[StepStats], kinds: str = "FB") -> tuple[float, ...]:
+    """Mean seconds of one op of each of ``kinds`` over every stage: the simulator's t_f, t_b (, t_w)."""
     out = []
-    for kind in "FB":
+    for kind in kinds:
         d = [o.end - o.start for s in stats for o in s.ops if o.kind == kind]
         out.append(sum(d) / len(d))
-    return out[0], out[1]
+    return tuple(out)
 
 
 class Pipeline:
@@ -134,6 +136,8 @@ class Pipeline:
         schedule). Receiving in that order needs no tags: early arrivals wait in the inbox."""
         q = deque()
         for kind, i, c in stage_order(self.schedule, self.p, self.m, peer, self.v):
+            if kind == "W":  # a weight-gradient pass sends nothing
+                continue
             vs = c * self.p + peer
             to = vs + 1 if kind == "F" else vs - 1  # activations go forward, their gradients back
             if 0 <= to <= self.last and to % self.p == self.stage:
@@ -199,8 +203,10 @@ class Pipeline:
         self.expected = {peer: self._expected_from(peer) for peer in {(self.stage - 1) % self.p, (self.stage + 1) % self.p}}
         comm.barrier(group=self.group)  # start together: the bubble is measured from here
         stats = StepStats(self.stage, start=time.perf_counter())
-        stash, live = {}, 0
-        sync_in_backward = optimizer is not None and self.tied is None
+        stash, live, pending_w = {}, 0, {}
+        split = self.schedule == "zb-h1"  # B: input gradients only; W: weight gradients
+        # ZB-H1 reduces after the schedule: torch's W pass sets .grad directly, past the optimizer's gradient hooks
+        sync_in_backward = optimizer is not None and self.tied is None and not split
         for n, (kind, i, c) in enumerate(self.order):
             vs = self._vs(c)
             if kind == "F":
@@ -218,6 +224,21 @@ class Pipeline:
                 live += nbytes
                 stats.peak_in_flight = max(stats.peak_in_flight, len(stash))
                 stats.peak_activation_bytes = max(stats.peak_activation_bytes, live)
+            elif kind == "W":
+                x, out, nbytes = stash.pop((i, c))
+                t0 = time.perf_counter()
+                weight_backward(pending_w.pop((i, c)))
+                stats.ops.append(Op("W", i, c, t0, time.perf_counter()))
+                live -= nbytes
+            elif split:
+                x, out, _ = stash[(i, c)]  # held until its W
+                grad = None if vs == self.last else self._recv(("B", i, vs), (self.stage + 1) % self.p)
+                params = [q for q in self.chunks[c].parameters() if q.requires_grad]
+                t0 = time.perf_counter()
+                pending_w[(i, c)] = input_backward(out, grad, x if vs > 0 else None, params)
+                stats.ops.append(Op("B", i, c, t0, time.perf_counter()))
+                if vs > 0:
+                    self._send(x.grad, ("B", i, vs), vs - 1)
             else:
                 x, out, nbytes = stash.pop((i, c))
                 grad = None if vs == self.last else self._recv(("B", i, vs), (self.stage + 1) % self.p)

@@ -50,6 +50,19 @@ for h in handles:
     h.wait()
 return losses
 ''',
+    # ZB-H1 built on 1F1B's order: each B owes a W, paid at once after the first s backwards, the rest at the end
+    "20.4": '''
+from zero_ref.parallel.schedules import stage_order
+
+ops, owed = [], []
+for kind, i, _ in stage_order("1f1b", p, m, s):
+    ops.append([kind, i, 0])
+    if kind == "B":
+        owed.append(i)
+        if sum(op[0] == "B" for op in ops) > s:
+            ops.append(["W", owed.pop(0), 0])
+return ops + [["W", i, 0] for i in owed]
+''',
 }
 
 WRONG = {
@@ -139,5 +152,28 @@ for i in reversed(range(m)):
 for work, _ in sends:
     work.wait()
 return losses
+'''},
+    # runs every W right after its B: no W left for the cool-down, so the bubble is 1F1B's
+    {"20.4": '''
+warmup = min(p - s - 1, m)
+ops = [("F", i, 0) for i in range(warmup)]
+for k in range(m):
+    if warmup + k < m:
+        ops.append(("F", warmup + k, 0))
+    ops += [("B", k, 0), ("W", k, 0)]
+return ops
+'''},
+    # defers the W's on the wrong stages: p − 1 − s of them (stage 0 most), where the cool-down has no room
+    {"20.4": '''
+warmup, defer = min(p - s - 1, m), p - 1 - s
+ops, w = [("F", i, 0) for i in range(warmup)], 0
+for k in range(m):
+    if warmup + k < m:
+        ops.append(("F", warmup + k, 0))
+    ops.append(("B", k, 0))
+    if k >= defer:
+        ops.append(("W", w, 0))
+        w += 1
+return ops + [("W", i, 0) for i in range(w, m)]
 '''},
 ]

@@ -10,7 +10,8 @@ per rank: 16Ψ/N bytes in mixed precision, plus the units gathered at the moment
 - Gradients as in ZeRO-2 (``GradientShards``): a unit's gradients are staged, then reduce-scattered
   with its ``ReduceGroup`` (``reduce_group.py``) into this rank's gradient shard.
 - ``prefetch.py``: the recorded order of uses, which prefetching and ``max_reuse_distance`` follow;
-  ``path_check.py``: every rank runs the same collectives; ``init.py``: ``Init``, ``GatheredParameters``.
+  ``path_check.py``: every rank runs the same collectives; ``init.py``: ``Init``, ``GatheredParameters``;
+  ``zeropp.py``: ZeRO++ (quantized gathers, a secondary partition per node, a quantized gradient reduce).
 
 Per step and rank: all-gather Ψ (forward) + Ψ (backward) + reduce-scatter Ψ, 1.5× ZeRO-2's 2Ψ
 (with ``max_reuse_distance`` 0).
@@ -36,7 +37,9 @@ from zero_ref.stages.zero3.init import GatheredParameters, registered_external_p
 from zero_ref.stages.zero3.path_check import BACKWARD, FORWARD, PREFETCH, REDUCE, PathCheck, different_paths, \
     same_collective
 from zero_ref.stages.zero3.prefetch import Trace, oldest_idle
+from zero_ref.stages.zero3.quantized_reduce import QuantizedShards
 from zero_ref.stages.zero3.reduce_group import ReduceGroup, reduce_groups
+from zero_ref.stages.zero3.zeropp import ZeroPP
 from zero_ref.stages.zero3.unit import Unit, unit_of
 
 
@@ -114,6 +117,25 @@ class _Parameters(dict):
         return dict, (dict(self),)
 
 
+class _Scratch(NamedTuple):
+    """What ``UnitGather.gather`` reads of a unit, on scratch buffers (``ZeroStage3._run_like``)."""
+    full: torch.Tensor
+    part: torch.Tensor
+    group: object
+
+    size = property(lambda self: self.full.numel())
+
+    def device_part(self) -> torch.Tensor:
+        return self.part
+
+
+class _Done:
+    """A finished collective's handle (ZeRO++'s collectives are synchronous)."""
+
+    def wait(self) -> None:
+        pass
+
+
 class GatherEvent(NamedTuple):
     """One entry of ``ZeroStage3.gather_log``."""
     kind: str        # "gather", "prefetch" or "release"
@@ -142,7 +164,7 @@ class ZeroStage3(ZeroOptimizerBase):
                  offload_param: dict | None = None, aio: dict | None = None,
                  sub_group_size: int = int(1e9), cpu_adam: str = "numba", unit_modules: tuple = (),
                  param_groups: list[dict] | None = None, adam_kernel: str = "torch",
-                 optimizer: torch.optim.Optimizer | None = None):
+                 optimizer: torch.optim.Optimizer | None = None, zeropp: ZeroPP | None = None):
         # Instances of ``unit_modules`` (e.g. a transformer block class) form one unit with their whole
         # subtree, as FSDP's fully_shard per block does: fewer, larger collectives. Default: one unit per
         # module's own parameters, as DeepSpeed partitions.
@@ -157,6 +179,8 @@ class ZeroStage3(ZeroOptimizerBase):
         self._entered: list[nn.Module] = []
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
         self.grads = GradientShards(self)  # the gradient path, ZeRO-2's
+        self.zeropp = zeropp or ZeroPP()  # ZeRO++ (built with the units)
+        self.quantized_reduce = None  # qgZ's reduce (None: reduce-scatter)
         super().__init__(module, adam=adam, precision=precision, group=group, reduce_bucket_size=reduce_bucket_size,
                          overlap_comm=overlap_comm, gradient_accumulation_steps=gradient_accumulation_steps,
                          gradient_clipping=gradient_clipping, loss_scaler=loss_scaler,
@@ -168,6 +192,9 @@ class ZeroStage3(ZeroOptimizerBase):
 
     # ---------------------------------------------------------------- set-up
     def _build(self, module: nn.Module, bucket_size: int) -> list[UnitState]:
+        self.quantized_reduce = self.zeropp.build(self.group).reduce  # its sub-groups: every rank creates them
+        if self.quantized_reduce is not None:
+            self.grads = QuantizedShards(self, self.quantized_reduce)  # qgZ
         self._find_units(module)
         buckets = [u for u in reversed(self.units) if u.params[0].requires_grad]  # ~ the order backward completes them
         if not buckets:
@@ -192,6 +219,9 @@ class ZeroStage3(ZeroOptimizerBase):
         if self.offload is not None:
             self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
         self._install_hooks(module, buckets)
+        for u in self.units:
+            if not u.persistent:  # persistent units are gathered at full precision once per step, as in DeepSpeed
+                u.unit.zeropp = self.zeropp.unit_gather(trainable=u.params[0].requires_grad)
         for u in self.units:
             if u.persistent:
                 u.unit.gather()
@@ -307,8 +337,18 @@ class ZeroStage3(ZeroOptimizerBase):
         if op == REDUCE:
             n = state.reduce_group.shard_numel
             full, shard = u.empty(n * self.world_size).zero_(), u.empty(n).zero_()  # zeros, not stale memory
+            if self.quantized_reduce is not None:
+                self.quantized_reduce(shard, full, group=self.group)
+                return _Done()
             return comm.reduce_scatter(shard, full, group=self.group, async_op=True)
         full, shard = u.empty(u.size).zero_(), u.empty(u.layout.shard_numel).zero_()
+        if u.zeropp is not None:  # ZeRO++'s collectives for this unit, on scratch
+            scratch = _Scratch(full, shard, u.group)
+            u.zeropp.gather(scratch)
+            # hpZ: the ranks on the path keep a secondary copy now and gather the next time in the sub-group; so
+            # does this rank (scratch values: end_backward drops every copy once the paths are found to differ)
+            u.zeropp.keep_secondary(scratch)
+            return _Done()
         return comm.all_gather(full, shard, group=self.group, async_op=True)
 
     # ---------------------------------------------------------------- trace and prefetch
@@ -429,11 +469,19 @@ class ZeroStage3(ZeroOptimizerBase):
             super().end_backward(failed)
         except BaseException:
             self.path.drop()
+            self._drop_secondaries()
             raise
         if failed:
             self.path.drop()
+            self._drop_secondaries()
         else:
             self.path.end(keep=steady)
+
+    def _drop_secondaries(self) -> None:
+        """hpZ: a failed backward (on every rank alike) leaves no secondary copy; the next gathers are primary."""
+        for u in self.units:
+            if u.unit.zeropp is not None:
+                u.unit.zeropp.invalidate()
 
     def after_backward(self) -> None:
         for g in self.reduce_groups:  # (a failed backward leaves a group half filled)
@@ -451,6 +499,8 @@ class ZeroStage3(ZeroOptimizerBase):
         out = {"params": [], "grads": [], "optimizer": []}
         for u in self.units:
             out["params"] += [u.unit.part] + ([u.unit.full] if u.unit.full is not None else [])
+            if u.unit.zeropp is not None and u.unit.zeropp.secondary is not None:
+                out["params"].append(u.unit.zeropp.secondary)  # hpZ's secondary slice
         for b in self.buckets:
             out["grads"].append(b.partition.grad)
             out["optimizer"] += [t for t in b.partition.optimizer_tensors() if t is not b.unit.part]
@@ -460,6 +510,8 @@ class ZeroStage3(ZeroOptimizerBase):
 
     def publish_params(self) -> None:
         for b in self.buckets:
+            if b.unit.zeropp is not None:
+                b.unit.zeropp.invalidate()  # hpZ: the next gather (forward) comes from the updated primary
             if self.offload is None and b.partition.master is not b.unit.part:
                 b.unit.part.copy_(b.partition.master)  # mixed precision: cast the fp32 master down
             if b.persistent:

@@ -29,6 +29,7 @@ class Unit:
         self.rank = dist.get_rank(group)
         self.device = params[0].device  # where the gathered parameters compute
         self.offload = None  # a ``zero_ref.offload.ParamOffload`` when ``part`` lives on the host or in a file
+        self.zeropp = None   # a ``secondary_partition.UnitGather`` under ZeRO++ (qwZ, hpZ)
         self.layout = FlatLayout([p.shape for p in params], dist.get_world_size(group))
         self.part = torch.zeros(self.layout.shard_numel, dtype=params[0].dtype, device=params[0].device)
         for pc in self.layout.pieces(self.rank):  # copy just our slices: no full flat copy is made
@@ -57,6 +58,9 @@ class Unit:
 
     def gather(self, async_op: bool = False) -> None:
         self.full = self.empty(self.size)
+        if self.zeropp is not None:  # ZeRO++: quantized and/or from the secondary partition (synchronous)
+            self.zeropp.gather(self)
+            return self.wait()
         self.work = comm.all_gather(self.full, self.device_part(), group=self.group, async_op=async_op)
         if not async_op:
             self.wait()
@@ -73,6 +77,8 @@ class Unit:
         if self.work is not None:
             self.work.wait()
             self.work = None
+        if self.zeropp is not None and self.full is not None:
+            self.zeropp.keep_secondary(self)  # hpZ: this step's values, before they go
         self.full = None
         for p in self.params:
             p.data = self.empty(0)
@@ -85,6 +91,8 @@ class Unit:
     def repartition(self) -> None:
         """Keep this rank's shard of the (edited) full buffer, and hand it to ``on_repartition``."""
         shard = self.shard(self.full)
+        if self.zeropp is not None:
+            self.zeropp.invalidate()  # edited values: the secondary copy is stale
         for keep in self.on_repartition:  # first: one that refuses leaves the partition as it was
             keep(shard)
         if self.offload is not None:
