@@ -203,9 +203,10 @@ BLOOM_176B = (PublishedRun(
 
 from sim.calibration.published_deepspeed import DEEPSPEED  # noqa: E402  (its rows are PublishedRuns too)
 from sim.calibration.published_hopper import HOPPER, LLAMA3_405B, NEMOTRON4_15B  # noqa: E402,F401 (re-exported)
+from sim.calibration.published_frameworks import FRAMEWORKS_H100  # noqa: E402
 
 ALL = (KORTHIKANTI_TABLE5 + NARAYANAN_TABLE1 + NARAYANAN_TABLE2 + SHOEYBI_SCALING + MTNLG_530B + BLOOM_176B
-       + DEEPSPEED + HOPPER)
+       + DEEPSPEED + HOPPER + FRAMEWORKS_H100)
 BY_NAME = {r.name: r for r in ALL}
 
 
@@ -216,7 +217,7 @@ def get(name: str) -> PublishedRun:
 
 
 def family(name: str) -> tuple[PublishedRun, ...]:
-    """Every row of one family: 'megatron', 'zero3', 'offload' or 'h100'."""
+    """Every row of one family: 'megatron', 'zero3', 'offload', 'h100' or 'fsdp'."""
     if name not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
     return tuple(r for r in ALL if r.family == name)

@@ -23,7 +23,7 @@ from sim.spec.plan import Plan
 
 SEQ, VOCAB = 2048, 51200
 A100_PEAK = 312e12
-FAMILIES = ("megatron", "zero3", "offload", "h100")
+FAMILIES = ("megatron", "zero3", "offload", "h100", "fsdp", "fp8")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,9 @@ class PublishedRun:
     (name, value) pairs. ``attention``: the Plan's 'eager' or 'flash'. ``pipeline_layers``: the
     layer slots the pipeline is cut into, when the run gives the embedding and the output layer
     a slot of their own (Llama 3); the simulation runs that many layers (``sim_model``), the FLOPs
-    count the model's ``layers``. ``node``: Cluster fields
+    count the model's ``layers``. ``framework`` 'fsdp2' (family 'fsdp': PyTorch FSDP, data
+    parallelism only) with ``reshard_after_forward`` (FULL_SHARD; False: SHARD_GRAD_OP);
+    ``kernels`` the Plan's 'fused' or 'eager'; ``fp8``: GEMMs in FP8 (the Plan's ``fp8``; family 'fp8'); ``recompute_gemms``, ``backward_prefetch`` the Plan's. ``node``: Cluster fields
     that differ from the ``gpu`` preset, as (name, value) pairs. ``assumptions``: what the paper
     does not say and the row assumes.
     """
@@ -81,6 +83,11 @@ class PublishedRun:
     shape: tuple = ()
     attention: str = "eager"
     pipeline_layers: int | None = None
+    reshard_after_forward: bool = True
+    kernels: str = "fused"
+    fp8: bool = False
+    recompute_gemms: float = 0.0
+    backward_prefetch: bool = True
     assumptions: str = ""
     cp: int = 1              # context parallelism (Plan.cp, Plan.cp_kind)
     cp_kind: str = "ring"
@@ -129,6 +136,8 @@ class PublishedRun:
         ZeRO-2/3 (DeepSpeed): its defaults, overlap_comm on, 5e8-element buckets. The collectives are
         Megatron's up to ZeRO-1 (its distributed optimizer), DeepSpeed's beyond, unless ``framework``
         says whose."""
+        if self.framework == "fsdp2":
+            return self._fsdp_plan()
         deepspeed = self.zero_stage >= 2
         framework = self.framework or ("deepspeed" if deepspeed else "megatron")
         return Plan(framework=framework, zero_stage=self.zero_stage, tp=self.tp, pp=self.pp, dp=self.dp,
@@ -137,7 +146,19 @@ class PublishedRun:
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel, precision=self.precision,
                     offload_optimizer=self.offload_optimizer, overlap_comm=self.overlap_dp or deepspeed,
                     reduce_bucket_size=12_500_000 if self.overlap_dp and not deepspeed else 500_000_000,
-                    gradient_clipping=1.0, attention=self.attention, cp=self.cp, cp_kind=self.cp_kind)
+                    gradient_clipping=1.0, attention=self.attention, kernels=self.kernels, fp8=self.fp8,
+                    recompute_gemms=self.recompute_gemms, cp=self.cp, cp_kind=self.cp_kind)
+
+    def _fsdp_plan(self) -> Plan:
+        """PyTorch FSDP: gradients reduce-scattered per block during the backward, bf16 gathers;
+        SHARD_GRAD_OP keeps the gathered parameters from the forward to the backward."""
+        return Plan(zero_stage=3, tp=self.tp, dp=self.dp,
+                    sequence_parallel=self.sequence_parallel, micro_batch_size=self.micro_batch,
+                    num_microbatches=self.num_microbatches, recompute=self.recompute, precision=self.precision,
+                    overlap_comm=True, gradient_clipping=1.0, attention=self.attention, kernels=self.kernels,
+                    framework="fsdp2", reshard_after_forward=self.reshard_after_forward, fp8=self.fp8,
+                    recompute_gemms=self.recompute_gemms, cp=self.cp, cp_kind=self.cp_kind,
+                    backward_prefetch=self.backward_prefetch)
 
     def step_flops(self) -> float:
         """The FLOPs of one iteration as the paper counts them for its TFLOP/s (``flops``)."""

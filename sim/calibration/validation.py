@@ -7,9 +7,11 @@ every other row of sim.calibration.published and returns the table: per row the 
 time and TFLOP/s per GPU (the paper's own FLOPs count) and the errors, then the mean absolute
 error over the held-out rows, overall and per family — 'megatron' (tensor × pipeline parallel,
 Megatron-LM and Megatron-DeepSpeed), 'zero3' (ZeRO-3 data parallelism) and 'offload' (ZeRO with
-the optimizer on the CPU) — then the H100 section ('h100': Llama 3 405B and Nemotron-4 15B, the
-H100 GEMM efficiency fitted on one row, the others held out) and the same rows with the A100's
-efficiency in its place (``h100_table``). ``before()`` is the same with the cost model as it was before the
+the optimizer on the CPU) — then the H100 section ('h100': Llama 3 405B and Nemotron-4 15B;
+'fsdp': llm-foundry's and torchtitan's FSDP tables; the H100 GEMM efficiency, FlashAttention's
+efficiency and eager element-wise traffic fitted on one row each, the others held out) and the
+same rows with the A100's GEMM efficiency in its place (``h100_table``). Each fitted row is printed
+with its source and configuration. ``before()`` is the same with the cost model as it was before the
 ZeRO-3 and V100 constants existed (two constants, prefetched backward gathers), for comparison.
 """
 from __future__ import annotations
@@ -44,16 +46,37 @@ def table(validation, fit=None, families=FAMILIES) -> str:
     return "\n".join(lines)
 
 
+HOPPER_FAMILIES = ("h100", "fsdp", "fp8")
+
+
+def config(run) -> str:
+    """A published run's configuration in one line."""
+    return (f"{run.gpus} × {run.gpu}, TP {run.tp} PP {run.pp}" + (f" CP {run.cp}" if run.cp > 1 else "") + f" DP {run.dp}"
+            + (f" VP {run.virtual}" if run.virtual > 1 else "")
+            + f", micro-batch {run.micro_batch} × {run.num_microbatches}, global batch {run.global_batch}, "
+            f"sequence {run.seq}, recompute {run.recompute}, {run.precision}" + (" with FP8 GEMMs" if run.fp8 else "")
+            + f", ZeRO {run.zero_stage}"
+            + (f", {run.framework}" + ("" if run.reshard_after_forward else " (no reshard after forward)")
+               if run.framework else "") + f", {run.attention} attention, {run.kernels} kernels")
+
+
+def hopper_rows(fit) -> list:
+    """The H100 rows (families 'h100' and 'fsdp'): the fitted ones first, then the held-out."""
+    rows = [r for r in (get(n) for n in fit.rows) if r.family in HOPPER_FAMILIES]
+    return rows + [r for r in calibrate.held_out(fit.rows) if r.family in HOPPER_FAMILIES]
+
+
 def h100_table(fit) -> str:
-    """The H100 rows with the fitted H100 efficiency (fitted row marked), then with the A100's."""
-    rows = [r for r in (get(n) for n in calibrate.CALIBRATION) if r.family == "h100"]
-    rows += [r for r in calibrate.held_out(fit.rows) if r.family == "h100"]
+    """The H100 rows with the fitted constants (fitted rows marked), then with the A100's GEMM efficiency."""
+    rows = hopper_rows(fit)
     a100 = calibrate.with_params(fit.costs, {"h100": fit.values["efficiency"]})
-    return (f"H100 (NVLink 4, 400 Gb/s per GPU; bf16 peak 989 TFLOP/s): GEMM efficiency h100 = "
-            f"{fit.values['h100']:.4f} fitted on the marked row, the others held out\n"
-            + table(calibrate.validate(fit.costs, rows), fit, ("h100",))
-            + f"\nthe same rows with the A100's efficiency ({fit.values['efficiency']:.4f}) on H100s:\n"
-            + table(calibrate.validate(a100, rows), fit, ("h100",)))
+    return (f"H100 (NVLink 4, 400 Gb/s per GPU; bf16 peak 989 TFLOP/s): h100 = {fit.values['h100']:.4f}, "
+            f"attention = {fit.values['attention']:.4f}, eager = {fit.values['eager']:.4f}, fp8 = {fit.values['fp8']:.4f} "
+            "fitted on the "
+            "marked rows, the others held out\n"
+            + table(calibrate.validate(fit.costs, rows), fit, HOPPER_FAMILIES)
+            + f"\nthe same rows with the A100's GEMM efficiency ({fit.values['efficiency']:.4f}) on H100s:\n"
+            + table(calibrate.validate(a100, rows), fit, HOPPER_FAMILIES))
 
 
 def report() -> str:
@@ -62,9 +85,10 @@ def report() -> str:
     rows = [get(n) for n in calibrate.CALIBRATION] + list(calibrate.held_out())
     head = ("calibrated on " + ", ".join(fit.rows) + ": "
             + ", ".join(f"{k} = {v:.4f}" for k, v in fit.values.items()))
-    older = [r for r in rows if r.family != "h100"]
-    return (head + "\nA100 and V100:\n"
-            + table(calibrate.validate(fit.costs, older), fit, tuple(f for f in FAMILIES if f != "h100"))
+    fitted = "\n".join(f"  fit row {r.name}: {config(r)}\n    {r.source}" for r in (get(n) for n in fit.rows))
+    older = [r for r in rows if r.family not in HOPPER_FAMILIES]
+    return (head + "\n" + fitted + "\nA100 and V100:\n"
+            + table(calibrate.validate(fit.costs, older), fit, tuple(f for f in FAMILIES if f not in HOPPER_FAMILIES))
             + "\n" + h100_table(fit))
 
 
@@ -76,8 +100,8 @@ def before() -> str:
     lowering.BACKWARD_GATHER = "prefetch"
     try:
         fit = calibrate.fit(calibrate.CALIBRATION[:2], params=("efficiency", "bandwidth"))
-        rows = [r for r in calibrate.held_out(fit.rows) if r.family != "h100"]
-        return table(calibrate.validate(fit.costs, rows), fit, tuple(f for f in FAMILIES if f != "h100"))
+        rows = [r for r in calibrate.held_out(fit.rows) if r.family not in HOPPER_FAMILIES]
+        return table(calibrate.validate(fit.costs, rows), fit, tuple(f for f in FAMILIES if f not in HOPPER_FAMILIES))
     finally:
         lowering.BACKWARD_GATHER = saved
 

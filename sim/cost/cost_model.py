@@ -17,6 +17,8 @@ from zero_ref.memory import recipe
 from sim.cost.collectives import point_to_point, reduce_scatter, ring_all_reduce, tree_all_reduce
 from sim.cost.costs import Costs
 from sim.cost.work import Adam, Collective, Compute, Copy
+
+FP8_GPUS = ("H100-80GB", "H200-141GB")  # Hopper: dense FP8 at twice the 16-bit rate
 from sim.spec.topology import Link, group_link, group_ranks, p2p_link
 
 
@@ -43,6 +45,12 @@ class CostModel:
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))
         self.flops_rate = cluster.gpu.peak_flops * dict(c.efficiency_by_gpu).get(cluster.gpu.name, c.efficiency)
+        if getattr(plan, "fp8", False):  # FP8 tensor cores: twice the 16-bit peak, at their own share of it
+            if cluster.gpu.name not in FP8_GPUS:
+                raise ValueError(f"Plan.fp8 needs a GPU with FP8 tensor cores ({', '.join(FP8_GPUS)}), "
+                                 f"got {cluster.gpu.name}; use fp8=False")
+            self.flops_rate = 2 * cluster.gpu.peak_flops * c.fp8_efficiency
+        self.eager = getattr(plan, "kernels", "fused") == "eager"
 
     def link_params(self, axis: str) -> tuple[int, float, float]:
         """(group size n, α, effective bandwidth B) of the ``axis`` group's link."""
@@ -50,7 +58,7 @@ class CostModel:
 
     def gather_params(self, axis: str) -> tuple[int, float, float]:
         """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, across
-        nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring)."""
+        nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring; DeepSpeed's only)."""
         n, a, bw = self.link_params(axis)
         if (axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib"
                 and self.plan.framework != "fsdp2"):
@@ -68,8 +76,11 @@ class CostModel:
         c, cl = self.costs, self.cluster
         if isinstance(work, Compute):
             t = work.flops / self.flops_rate
-            if work.hbm_bytes:  # memory-bound element-wise kernels
-                t += work.hbm_bytes * c.elementwise_traffic / (cl.gpu.hbm_bw * c.hbm_efficiency)
+            if work.attention_flops:  # FlashAttention's kernels reach their own share of peak
+                t += work.attention_flops / (cl.gpu.peak_flops * c.attention_efficiency)
+            if work.hbm_bytes:  # memory-bound element-wise kernels; unfused (eager) ones move more
+                t += work.hbm_bytes * c.elementwise_traffic * (c.eager_traffic if self.eager else 1.0) / (
+                    cl.gpu.hbm_bw * c.hbm_efficiency)
             return t
         if isinstance(work, Collective):
             return work.count * self.collective(work.op, work.nbytes, work.axis)

@@ -5,13 +5,16 @@ import math
 from dataclasses import dataclass, fields, replace
 
 
-# The defaults of the five constants sim.calibration.calibrate fits, one published row each (sim.calibration
+# The defaults of the eight constants sim.calibration.calibrate fits, one published row each (sim.calibration
 # says where from; tests/sim/test_published.py checks that a fit from scratch returns these values):
 EFFICIENCY = 0.702566        # A100 GEMMs: Korthikanti et al. 2022, Table 5, 22B and 175B (with LINK_EFFICIENCY)
 LINK_EFFICIENCY = 0.581094   # NVLink and InfiniBand collectives: the same two rows
 ZERO3_EFFICIENCY = 0.207019  # ZeRO-3's cross-node gathers: Narayanan et al. 2021, Table 2, 175B on 768 GPUs
 V100_EFFICIENCY = 0.384129   # V100 GEMMs: Shoeybi et al. 2019, 1.2B on one V100 (39 TFLOP/s)
-H100_EFFICIENCY = 0.64691    # H100 and H200 GEMMs: Llama 3 405B on 8,192 H100s (arXiv 2407.21783, Table 4)
+H100_EFFICIENCY = 0.688542    # H100 and H200 GEMMs: Llama 3 405B on 8,192 H100s (arXiv 2407.21783, Table 4)
+ATTENTION_EFFICIENCY = 0.194471  # FlashAttention's causal kernels: llm-foundry's MPT-7B at 32k tokens on 8 H100s
+FP8_EFFICIENCY = 0.609207      # H100 FP8 GEMMs (share of 2 × 989 TFLOP/s): NeMo 24.07, Llama 2 7B on 8 H100s
+EAGER_TRAFFIC = 3.0296        # unfused (eager PyTorch) element-wise kernels: llm-foundry's MPT-1B at 2k on 8 H100s
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,12 @@ class Costs:
     kernels, timed at ``hbm_efficiency`` × the GPU's bandwidth. ``*_efficiency`` scale a link's raw
     bandwidth to what NCCL or a copy engine achieves; ``zero3_efficiency`` is the share of it ZeRO-3's
     data-parallel gathers and reduce-scatters across nodes reach (1 = as fast as any collective).
-    ``alpha_*``: per-step latency in seconds. ``cpu_adam_rate``: parameters per second CPU Adam
+    ``attention_efficiency``: share of peak FlashAttention's kernels reach on the FLOPs they run
+    (sim.cost.flops.layer_flops). ``eager_traffic``: how many times the counted element-wise bytes
+    a plan with ``kernels='eager'`` moves (one kernel per PyTorch op: every intermediate written and
+    read again, where Megatron's fused kernels and torch.compile move each tensor once).
+    ``fp8_efficiency``: share of the FP8 peak (twice the 16-bit one on Hopper) a plan's GEMMs reach
+    with ``fp8=True``. ``alpha_*``: per-step latency in seconds. ``cpu_adam_rate``: parameters per second CPU Adam
     updates on one node (shared by its GPUs). ``adam_bytes_per_param``: HBM bytes the GPU optimizer
     reads + writes per parameter (None: 2·K + grad + param bytes).
     """
@@ -44,6 +52,9 @@ class Costs:
     cpu_adam_rate: float = 2e9
     adam_bytes_per_param: float | None = None
     zero3_efficiency: float = ZERO3_EFFICIENCY
+    attention_efficiency: float = ATTENTION_EFFICIENCY
+    eager_traffic: float = EAGER_TRAFFIC
+    fp8_efficiency: float = FP8_EFFICIENCY
     efficiency_by_gpu: tuple = (("V100-32GB", V100_EFFICIENCY), ("H100-80GB", H100_EFFICIENCY),
                                 ("H200-141GB", H100_EFFICIENCY))
 
@@ -68,7 +79,8 @@ class Costs:
         inf = math.inf
         return cls(efficiency=efficiency, efficiency_by_gpu=(), hbm_efficiency=inf, nvlink_efficiency=inf, ib_efficiency=inf,
                    pcie_efficiency=inf, nvme_efficiency=inf, alpha_nvlink=0.0, alpha_ib=0.0,
-                   alpha_pcie=0.0, alpha_nvme=0.0, cpu_adam_rate=inf, zero3_efficiency=inf)
+                   alpha_pcie=0.0, alpha_nvme=0.0, cpu_adam_rate=inf, zero3_efficiency=inf,
+                   attention_efficiency=efficiency, eager_traffic=1.0, fp8_efficiency=efficiency)
 
     def override(self, **kw) -> "Costs":
         return replace(self, **kw)

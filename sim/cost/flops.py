@@ -42,6 +42,42 @@ def layer_backward_flops(model, batch: int, recompute: str = "none", attention: 
     return 2 * fwd + extra
 
 
+CAUSAL = 0.5  # share of the s² score blocks a causal FlashAttention kernel computes (it skips the masked ones)
+
+
+def layer_flops(model, batch: int, recompute: str = "none", attention: str = "eager",
+                recompute_gemms: float = 0.0) -> dict:
+    """{'forward', 'backward'}: (GEMM FLOPs, FlashAttention FLOPs) of one layer, as the GPU runs them.
+
+    'eager' attention is all GEMMs (``layer_forward_flops``, ``layer_backward_flops``). 'flash'
+    takes the attention core out of the GEMMs and counts what FlashAttention's causal kernels
+    execute: ``CAUSAL`` × 4bs²h forward and 2.5 × that backward (QKᵀ recomputed, then dV, dP, dQ,
+    dK: five s² products against the forward's two); full recomputation runs the forward kernel
+    again (3.5 ×); selective recomputation has nothing left to redo (the kernel keeps no scores).
+    Those kernels reach their own share of peak (``Costs.attention_efficiency``), and model-FLOPs
+    counts (``model_flops_per_step``, MFU) keep the unmasked 4bs²h the papers divide by.
+    ``recompute_gemms``: the share of the forward's projection GEMMs the backward runs again besides
+    (per-op selective checkpointing: ``op_sac_share``)."""
+    fwd, bwd = layer_forward_flops(model, batch), layer_backward_flops(model, batch, recompute, attention)
+    core = attention_core_flops(model, batch)
+    extra = recompute_gemms * (fwd - core)
+    if attention != "flash":
+        return {"forward": (fwd, 0.0), "backward": (bwd + extra, 0.0)}
+    gemm = fwd - core
+    return {"forward": (gemm, CAUSAL * core),
+            "backward": ((3 if recompute == "full" else 2) * gemm + extra,
+                         CAUSAL * core * (3.5 if recompute == "full" else 2.5))}
+
+
+def op_sac_share(model) -> float:
+    """Share of a layer's projection GEMMs torchtitan's per-op selective checkpointing recomputes: it
+    saves every other matmul's output (torchtitan/parallelisms/parallelize_llama.py, ``_custom_policy``:
+    the 2nd, 4th and 6th of q, k, v, o, w1, w3, w2 are recomputed: k, o and the gated MLP's w3)."""
+    h, kv, f = model.hidden, getattr(model, "kv_width", model.hidden), model.ffn_hidden
+    mats = [h * h, h * kv, h * kv, h * h] + ([h * f, h * f, h * f] if model.gated else [h * f, h * f])
+    return sum(mats[1::2]) / sum(mats)
+
+
 def layer_elementwise_bytes(model, batch: int, *, tp: int = 1, sp: bool = False, width: int = 1,
                             attention: str = "eager") -> dict:
     """HBM bytes one layer's memory-bound kernels move on one tensor-parallel rank, per pass.

@@ -14,10 +14,11 @@ LINKS = ("h2d", "d2h", "nvme_read", "nvme_write")
 
 @dataclass(frozen=True)
 class Compute:
-    """GEMM FLOPs plus the HBM bytes its memory-bound element-wise kernels move."""
+    """GEMM FLOPs plus the HBM bytes its memory-bound element-wise kernels move, plus FlashAttention's FLOPs."""
 
     flops: float
     hbm_bytes: float = 0.0
+    attention_flops: float = 0.0
 
 
 @dataclass(frozen=True)

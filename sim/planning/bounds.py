@@ -30,8 +30,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from sim.cost.cost_model import CostModel
-from sim.cost.flops import (attention_core_flops, head_forward_flops, layer_backward_flops, layer_elementwise_bytes,
-                            layer_forward_flops)
+from sim.cost.flops import attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step import frameworks
 from sim.step.memory_timeline import static_bytes
@@ -94,12 +93,12 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     rc, sp, width, cp = plan.recompute, plan.sequence_parallel, _width(plan), plan.cp
     dp = plan.dp * cp  # the ranks holding the same parameters
     n = model.layers // (p * v)  # layers per model chunk
-    fwd = layer_forward_flops(model, b) / (tp * cp)
-    bwd = layer_backward_flops(model, b, rc, plan.attention) / (tp * cp)
+    (fwd, fwd_a), (bwd, bwd_a) = ((g / (tp * cp), a / (tp * cp))
+                                  for g, a in layer_flops(model, b, rc, plan.attention, plan.recompute_gemms).values())
     ew = {k: x / cp for k, x in layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width,
                                                          attention=plan.attention).items()}
     ew_b = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"], "full": ew["forward"]}[rc]
-    f_c, b_c = d(Compute(n * fwd, n * ew["forward"])), d(Compute(n * bwd, n * ew_b))
+    f_c, b_c = d(Compute(n * fwd, n * ew["forward"], n * fwd_a)), d(Compute(n * bwd, n * ew_b, n * bwd_a))
     if tp > 1:
         msg = 2 * width * b * model.seq * model.hidden / cp
         op, per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)
@@ -111,7 +110,8 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     chain = max(s * (f_c + b_c + 2 * send) + v * m * (f_c + b_c) + (head_time if s == p - 1 else 0.0)
                 for s in range(p))
     if plan.schedule == "zb-h1":  # W passes (a layer's weight GEMMs: its forward less the attention core) may trail
-        w_c = d(Compute(n * (fwd - attention_core_flops(model, b) / (tp * cp))))
+        core = 0.0 if plan.attention == "flash" else attention_core_flops(model, b) / (tp * cp)  # flash: not in fwd
+        w_c = d(Compute(n * (fwd - core)))
         w_last = w_c + d(Compute(hf))  # the last stage's W also holds one head GEMM
         chain = max(s * (f_c + send) + m * (f_c + b_c) + (head_time if s == p - 1 else 0.0)
                     + max(0.0, s * (b_c - w_c + send) - (min(s, m) + 1) * (w_last if s == p - 1 else w_c))

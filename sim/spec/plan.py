@@ -17,6 +17,7 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("eager", "flash")
 OFFLOAD = ("none", "cpu", "nvme")
 CP_KINDS = ("ring", "ulysses")
+KERNELS = ("fused", "eager")
 # whose collectives a plan's data parallelism issues; 'zero_ref': the course's reference, the ZeRO paper's
 FRAMEWORKS = ("deepspeed", "megatron", "fsdp2", "zero_ref")
 REDUCE_DTYPES = ("fp32", "bf16")
@@ -61,6 +62,15 @@ class Plan:
     spans the cp ranks, as torchtitan's dp_shard_cp mesh). Megatron only:
     ``overlap_param_gather`` (its DDP config's flag) all-gathers the updated parameters during the
     next step's first forward, bucket by bucket, instead of at the end of the optimizer step.
+    ``kernels``: 'fused' (Megatron's and Transformer Engine's fused kernels, torch.compile) or 'eager' (PyTorch eager, one kernel per op:
+    more element-wise bytes, ``Costs.eager_traffic``). ``fp8``: the GEMMs run in FP8 (Transformer
+    Engine, torchao's Float8 linears) at ``Costs.fp8_efficiency`` of the FP8 peak; attention, the
+    element-wise kernels, the collectives and the memory stay as ``precision`` says.
+    ``recompute_gemms``: the share of each layer's projection GEMMs its backward runs again besides
+    ``recompute`` (per-op selective checkpointing, sim.cost.flops.op_sac_share; its memory is not modelled).
+    ``backward_prefetch`` (FSDP only): the next unit's backward all-gather is issued ahead (FSDP2; FSDP1's
+    BACKWARD_PRE); False issues it when the current unit's backward ends (FSDP1's BACKWARD_POST,
+    Composer's default), as DeepSpeed's ZeRO-3 does.
     """
 
     zero_stage: int = 0
@@ -88,6 +98,10 @@ class Plan:
     dp_shard: int = 0
     reduce_dtype: str = "fp32"
     overlap_param_gather: bool = False
+    kernels: str = "fused"
+    fp8: bool = False
+    recompute_gemms: float = 0.0
+    backward_prefetch: bool = True
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -102,6 +116,12 @@ class Plan:
         one_of("Plan", "offload_optimizer", self.offload_optimizer, OFFLOAD)
         one_of("Plan", "offload_param", self.offload_param, OFFLOAD)
         one_of("Plan", "cp_kind", self.cp_kind, CP_KINDS)
+        one_of("Plan", "kernels", self.kernels, KERNELS)
+        if not isinstance(self.fp8, bool):
+            raise ValueError(f"Plan.fp8 must be True or False, got {self.fp8!r}")
+        if isinstance(self.recompute_gemms, bool) or not isinstance(self.recompute_gemms, (int, float)) or not (
+                0 <= self.recompute_gemms <= 1):
+            raise ValueError(f"Plan.recompute_gemms must be a share between 0 and 1, got {self.recompute_gemms!r}")
         if self.virtual > 1 and self.schedule != "interleaved":
             raise ValueError(f"Plan.virtual={self.virtual} needs schedule='interleaved' (got {self.schedule!r})")
         if self.schedule == "interleaved" and self.num_microbatches % self.pp:
@@ -134,7 +154,8 @@ class Plan:
             raise ValueError(f"Plan.dp_shard must be 0 (shard over all of dp) or a divisor of Plan.dp, "
                              f"got {self.dp_shard!r}")
         fsdp = self.framework == "fsdp2"
-        for name, default in (("reshard_after_forward", True), ("dp_shard", 0), ("reduce_dtype", "fp32")):
+        for name, default in (("reshard_after_forward", True), ("dp_shard", 0), ("reduce_dtype", "fp32"),
+                              ("backward_prefetch", True)):
             if not fsdp and getattr(self, name) != default:
                 raise ValueError(f"Plan.{name} is an FSDP2 setting; it needs framework='fsdp2' "
                                  f"(got framework={self.framework!r})")

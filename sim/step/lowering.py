@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from zero_ref.memory import recipe
 from zero_ref.parallel.context import ring_bytes
 from sim.cost import context
-from sim.cost.flops import (attention_core_flops, head_forward_flops, layer_backward_flops, layer_elementwise_bytes,
+from sim.cost.flops import (CAUSAL, attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops,
                              layer_forward_flops)
 from sim.cost.work import Adam, Collective, Compute, Copy
 from sim.step import frameworks
@@ -143,8 +143,9 @@ class _Lowering:
         self.param_bytes, self.grad_bytes = r.bytes_per_param("params"), r.bytes_per_param("grads")
         self.width = 2 if r.name == "fp32" else 1  # activations and messages in 32 bits instead of 16
         b, sp, rc, att = plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.attention
-        self.layer_fwd_flops = layer_forward_flops(model, b) / (tp * cp)
-        self.layer_bwd_flops = layer_backward_flops(model, b, rc, att) / (tp * cp)
+        # (GEMM, FlashAttention) FLOPs per layer on one rank, forward and backward
+        (self.layer_fwd_flops, self.layer_fwd_attn), (self.layer_bwd_flops, self.layer_bwd_attn) = (
+            (g / (tp * cp), a / (tp * cp)) for g, a in layer_flops(model, b, rc, att, plan.recompute_gemms).values())
         self.head_flops = head_forward_flops(model, b) / (tp * cp) if head else 0.0
         if cp > 1:
             self.context_parallel_terms(model, b)
@@ -189,10 +190,10 @@ class _Lowering:
         (ZB-H1's B takes one head GEMM, its W the other)."""
         if forward:
             return Compute(layers * self.layer_fwd_flops + self.head_flops if head else layers * self.layer_fwd_flops,
-                           layers * self.layer_fwd_bytes)
+                           layers * self.layer_fwd_bytes, layers * self.layer_fwd_attn)
         head_b = (1 if self.split_w else 2) * self.head_flops
         return Compute(layers * self.layer_bwd_flops + head_b if head else layers * self.layer_bwd_flops,
-                       layers * self.layer_bwd_bytes)
+                       layers * self.layer_bwd_bytes, layers * self.layer_bwd_attn)
 
     def tp_work(self, forward: bool, layers: int) -> Collective:
         """The TP collectives of a group of ``layers`` layers (the backward's doubled by full recompute)."""
@@ -253,7 +254,8 @@ class _Lowering:
         gathered = [None] * n_groups
         # FSDP2 prefetches the next unit in the backward too; without reshard it gathers nothing there
         gathers = self.gathers_params and (fwd or not frameworks.keeps_gathered(pl))
-        on_demand = gathers and not fwd and BACKWARD_GATHER == "on_demand" and pl.framework != "fsdp2"
+        on_demand = gathers and not fwd and BACKWARD_GATHER == "on_demand" and (pl.framework != "fsdp2"
+                                                                                 or not pl.backward_prefetch)
         if gathers:
             gathered[0] = self.gather(s, i, c, groups[0], self.prefetch_after(s, n0))
         # Without overlap_comm, DeepSpeed's ZeRO-2/3 reduce each micro-step's gradients on the compute
@@ -352,7 +354,8 @@ class _Lowering:
         full = not fwd and pl.recompute == "full"
         core_f, core_b, qkv = n * self.core_flops, n * self.core_bwd_flops, n * self.qkv_flops
         core = core_f if fwd else core_b + (core_f if full else 0.0)
-        rest = work.flops - core                        # projections, MLP, head: no cp traffic
+        # projections, MLP, head: no cp traffic ('flash': the core is not among the GEMMs, see core_work)
+        rest = work.flops - (0.0 if pl.attention == "flash" else core)
         kind = "forward" if fwd else "backward"
         if fwd:
             parts = [Compute(qkv, work.hbm_bytes), ("forward", core_f), Compute(rest - qkv)]
@@ -372,10 +375,15 @@ class _Lowering:
             first = first if first is not None else prev
         return first, prev
 
+    def core_work(self, flops: float) -> Compute:
+        """The attention core's ``flops`` (as counted: the full s²): GEMMs ('eager'), or FlashAttention's
+        causal kernels at their own rate ('flash', sim.cost.flops.layer_flops)."""
+        return Compute(0.0, 0.0, CAUSAL * flops) if self.plan.attention == "flash" else Compute(flops)
+
     def ring(self, s, fwd, flops, before, n, i, c, grp) -> int:
         """Ring attention over cp blocks, each step's send beside the current block; returns the last node."""
         g, cp = self.graph, self.cp
-        block = Compute(flops / cp)
+        block = self.core_work(flops / cp)
         # forward: one K/V block per step; backward: a K/V block and a dK/dV block
         send = Collective("p2p", self.cp_block, "cp", n if fwd else 2 * n)
         comp = g.add("attention", "compute", s, block, (before,), i, c, grp)
@@ -399,7 +407,7 @@ class _Lowering:
         prev = before
         for work in inbound:
             prev = g.add("cp_all_to_all", "cp_comm", s, work, (prev,), i, c, grp)
-        prev = g.add("attention", "compute", s, Compute(flops), (prev,), i, c, grp)
+        prev = g.add("attention", "compute", s, self.core_work(flops), (prev,), i, c, grp)
         for work in outbound:
             prev = g.add("cp_all_to_all", "cp_comm", s, work, (prev,), i, c, grp)
         return prev

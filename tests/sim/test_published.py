@@ -1,9 +1,11 @@
 """Validation rung 3: the simulator against published throughput (sim.calibration: published, validation).
 
-The cost model is calibrated on five rows, one per constant (sim.calibration.calibrate.CALIBRATION:
+The cost model is calibrated on eight rows, one per constant (sim.calibration.calibrate.CALIBRATION:
 Korthikanti's 22B and 175B for the A100's GEMM efficiency and link efficiency, Narayanan's ZeRO-3
 175B on 768 GPUs for ZeRO-3's collective efficiency, Shoeybi's single-V100 1.2B for the V100's GEMM
-efficiency, Llama 3 405B on 8,192 H100s for the H100's) and then predicts every other published row.
+efficiency, Llama 3 405B on 8,192 H100s for the H100's, llm-foundry's MPT-7B at 32k tokens for
+FlashAttention's and at 2k tokens for eager element-wise traffic, NeMo's FP8 Llama 2 7B on 8 H100s
+for FP8 GEMMs) and then predicts every other published row.
 The bounds below are the errors reached, not targets chosen to pass: see the comments on each.
 """
 
@@ -11,9 +13,10 @@ import numpy as np
 import pytest
 
 import sim
-from sim.calibration import calibrate, published as pub, validation
+from sim.calibration import calibrate, published as pub, published_frameworks as frameworks, validation
 from sim.cost.cost_model import CostModel
-from sim.cost.flops import layer_elementwise_bytes
+from sim.cost.flops import (CAUSAL, attention_core_flops, layer_elementwise_bytes, layer_flops, layer_forward_flops,
+                            op_sac_share)
 from sim.cost.work import Collective, Compute
 from sim.step.graph import KINDS, STREAMS
 from sim.step.lowering import build_graph, layer_split
@@ -189,14 +192,15 @@ def fitted():
     """The fit from round guesses (A100 GEMMs at half of peak, links at 0.8, ZeRO-3 as fast as any
     ring, one efficiency on every GPU): the solve must land on sim.Costs()'s defaults."""
     guesses = sim.Costs(efficiency=0.5, nvlink_efficiency=0.8, ib_efficiency=0.8, zero3_efficiency=1.0,
-                        efficiency_by_gpu=())
+                        efficiency_by_gpu=(), attention_efficiency=0.5, eager_traffic=1.0, fp8_efficiency=0.5)
     return calibrate.fit(base=guesses)
 
 
 @pytest.fixture(scope="module")
 def report(fitted):
     """The held-out A100 and V100 rows (the H100 rows have their own tests below)."""
-    return calibrate.validate(fitted.costs, [r for r in calibrate.held_out() if r.family != "h100"])
+    return calibrate.validate(fitted.costs, [r for r in calibrate.held_out()
+                                             if r.family not in validation.HOPPER_FAMILIES])
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +208,7 @@ def h100_report(fitted):
     return calibrate.validate(fitted.costs, pub.family("h100"))
 
 
-def test_calibration_sees_only_the_two_calibration_rows(monkeypatch):
+def test_calibration_sees_only_the_calibration_rows(monkeypatch):
     seen = set()
     real = calibrate.predict
 
@@ -216,13 +220,14 @@ def test_calibration_sees_only_the_two_calibration_rows(monkeypatch):
     calibrate.fit()
     assert seen == set(calibrate.CALIBRATION) == {"korthikanti-22B-seqsel", "korthikanti-175B-seqsel",
                                                   "narayanan-t2-zero3-174.6B-768", "shoeybi-1.2B-1gpu",
-                                                  "llama3-405B-8192"}
+                                                  "llama3-405B-8192", "mpt-7b-s32768-8", "mpt-1b-s2048-8",
+                                                  "nemo-LLAMA2-7B-8"}
     assert not seen & {r.name for r in calibrate.held_out()}
-    assert len(calibrate.held_out()) == len(pub.ALL) - 5 == 38
+    assert len(calibrate.held_out()) == len(pub.ALL) - 8 == 34 + 4 + 72 + 27
 
 
 def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
-    """Five rows, five constants: the solve is exact (this only shows it converged)."""
+    """Eight rows, eight constants: the solve is exact (this only shows it converged)."""
     for name in calibrate.CALIBRATION:
         run = pub.get(name)
         assert calibrate.predict(run, fitted.costs) == pytest.approx(run.measured_time, rel=0.02)
@@ -239,16 +244,20 @@ def test_calibration_rows_are_reproduced_and_the_constants_are_physical(fitted):
     assert 0.1 < fitted.values["zero3"] < 0.35 and 15e9 < ring < 35e9
     # a V100's GEMMs (Megatron 2019) reach a smaller share of its peak than an A100's
     assert 0.3 < fitted.values["v100"] < 0.5 < fitted.values["efficiency"]
-    # an H100's GEMMs reach a smaller share of its 989 TFLOP/s than an A100's of its 312, and the H200
-    # (same die) gets the same share
-    assert 0.55 < fitted.values["h100"] < 0.95 * fitted.values["efficiency"]
+    # with FlashAttention timed apart, an H100's GEMMs reach the share of its 989 TFLOP/s an A100's reach
+    # of its 312 (within 3 %), and the H200 (same die) gets the same share; FlashAttention's causal kernels
+    # (2023's, on Hopper) reach about a fifth of peak; eager PyTorch moves about 3× the fused kernels' bytes
+    assert abs(fitted.values["h100"] / fitted.values["efficiency"] - 1) < 0.03
     by_gpu = dict(fitted.costs.efficiency_by_gpu)
     assert by_gpu["H100-80GB"] == by_gpu["H200-141GB"] == fitted.values["h100"]
+    assert 0.1 < fitted.values["attention"] < 0.3 and 2 < fitted.values["eager"] < 4.5
+    # FP8 GEMMs (Transformer Engine) reach a smaller share of twice the peak than bf16 GEMMs of the peak
+    assert 0.5 < fitted.values["fp8"] < fitted.values["h100"]
     # the defaults a plain sim.simulate runs at are this fit, to the 6 digits it keeps
     assert sim.Costs() == fitted.costs == calibrate.calibrate()
     c = sim.cost.costs
-    assert (c.EFFICIENCY, c.LINK_EFFICIENCY, c.ZERO3_EFFICIENCY, c.V100_EFFICIENCY,
-            c.H100_EFFICIENCY) == tuple(fitted.values[p] for p in calibrate.PARAMS)
+    assert (c.EFFICIENCY, c.LINK_EFFICIENCY, c.ZERO3_EFFICIENCY, c.V100_EFFICIENCY, c.H100_EFFICIENCY,
+            c.ATTENTION_EFFICIENCY, c.EAGER_TRAFFIC, c.FP8_EFFICIENCY) == tuple(fitted.values[p] for p in calibrate.PARAMS)
     # the layer's share of peak grows with its size through the element-wise kernels
     eff = [calibrate.effective_efficiency(n, fitted.costs) for n in
            ("korthikanti-22B-seqsel", "korthikanti-175B-seqsel", "korthikanti-1T-seqsel")]
@@ -283,45 +292,47 @@ def test_held_out_rows_are_predicted_within_the_error_reached(report):
 
 
 def test_h100_held_out_rows_are_predicted_within_the_error_reached(h100_report):
-    """Achieved (python -m sim.calibration.validation, H100 section), the H100 efficiency fitted on Llama 3 405B
-    on 8,192 GPUs: Llama 3 on 16,384 GPUs +1.8 % on time (its smaller batch per DP group, a larger
-    pipeline bubble, as the paper says), Nemotron-4 15B +11.9 %, +10.6 %, +0.7 % (the simulator
+    """Achieved (python -m sim.calibration.validation, H100 section), the H100 GEMM efficiency fitted on
+    Llama 3 405B on 8,192 GPUs: Llama 3 on 16,384 GPUs +1.8 % on time (its smaller batch per DP group, a
+    larger pipeline bubble, as the paper says), Nemotron-4 15B +13.3 %, +11.9 %, +1.9 % (the simulator
     slower: those runs' 0.57 s at DP 96 and 0.58 s at DP 192 beat one GEMM efficiency fitted on a
-    405B; at DP 288 it agrees); held-out MAPE 6.3 % on time over 4 rows. Bounds: the errors reached,
+    405B; at DP 288 it agrees); held-out MAPE 7.2 % on time over 4 rows. Bounds: the errors reached,
     rounded up."""
     errs = {r.name: r.time_error for r in h100_report.rows}
     assert errs["llama3-405B-8192"] == pytest.approx(0, abs=1e-5)               # the fitted row
     assert abs(errs["llama3-405B-16384"]) <= 0.03
-    assert all(abs(e) <= 0.13 for n, e in errs.items() if n.startswith("nemotron4"))
+    assert all(abs(e) <= 0.14 for n, e in errs.items() if n.startswith("nemotron4"))
     held = calibrate.Validation(h100_report.costs, [r for r in h100_report.rows if r.name not in calibrate.CALIBRATION])
-    assert len(held.rows) == 4 and held.mape_time <= 0.07 and held.mape_tflops <= 0.065
+    assert len(held.rows) == 4 and held.mape_time <= 0.08 and held.mape_tflops <= 0.07
     table = validation.h100_table(calibrate.fit())
-    assert "llama3-405B-8192 (fit)" in table and table.count("held-out MAPE over 4 rows") == 2
+    assert "llama3-405B-8192 (fit)" in table and "mpt-1b-s2048-8 (fit)" in table
+    assert table.count("held-out MAPE over 103 rows") == 2
 
 
-def test_the_a100_efficiency_does_not_fit_h100_runs(fitted):
-    """With the A100's GEMM efficiency (0.70) on H100s, Llama 3 405B runs 6 % too fast on 8,192 GPUs
-    and 4 % too fast on the held-out 16,384 (the fitted 0.65: exact and +1.8 %). Nemotron-4 15B's
-    rows would sit closer to the A100 value (+7.7, +6.4, −3.1 %): one share of peak per GPU cannot
-    serve both families, and the fit takes the row with the published parallel layout of the
-    largest run."""
+def test_one_gemm_efficiency_serves_a100_and_h100_once_flash_attention_is_timed_apart(fitted):
+    """Timed as GEMMs of the full s² (the simulator's count before FlashAttention's causal kernels
+    had their own rate), Llama 3 405B needed an H100 GEMM share 8 % below the A100's: the attention
+    core's time hid in the GEMM efficiency. With the causal kernels at their own efficiency, the
+    A100's share predicts both Llama 3 rows within 2 % (−1.3 %, +0.5 %)."""
     a100 = calibrate.with_params(fitted.costs, {"h100": fitted.values["efficiency"]})
     for name in ("llama3-405B-8192", "llama3-405B-16384"):
         run = pub.get(name)
-        assert calibrate.predict(run, a100) / run.measured_time - 1 < -0.04, name
-        assert abs(calibrate.predict(run, fitted.costs) / run.measured_time - 1) <= 0.03, name
-    assert calibrate.param_value(sim.Costs(), "h100") < 0.95 * fitted.values["efficiency"]
+        assert abs(calibrate.predict(run, a100) / run.measured_time - 1) <= 0.02, name
+    as_gemms = fitted.costs.override(attention_efficiency=fitted.values["h100"])
+    run = pub.get("llama3-405B-8192")
+    # the same GEMM share, the attention core at half the FLOPs and the GEMMs' rate: 7.8 % too fast
+    assert calibrate.predict(run, as_gemms) / run.measured_time - 1 < -0.06
 
 
 def test_a_plain_simulate_runs_at_the_fitted_constants():
     """sim.simulate(model, cluster, plan) without costs runs at Costs()'s defaults, which are the fit:
-    on the five H100 rows −0.0 (fitted on), +1.8, +11.9, +10.6, +0.7 % on time (MAPE 5.0 %); bounds
-    rounded up."""
-    for run in pub.HOPPER:
+    on the five Llama 3 / Nemotron-4 rows −0.0 (fitted on), +1.8, +13.3, +11.9, +1.9 % on time (MAPE
+    5.8 %); bounds rounded up."""
+    for run in pub.HOPPER + pub.FRAMEWORKS_H100[:3]:
         plain = sim.simulate(run.sim_model(), run.cluster(), run.plan(), granularity=calibrate.granularity(run))
         assert plain.step_time == calibrate.predict(run, sim.Costs())
     report = calibrate.validate(sim.Costs(), pub.HOPPER)
-    assert max(abs(r.time_error) for r in report.rows) <= 0.125 and report.mape_time <= 0.055
+    assert max(abs(r.time_error) for r in report.rows) <= 0.14 and report.mape_time <= 0.065
 
 
 def test_both_halves_of_the_zero3_fix_are_needed(fitted):
@@ -356,3 +367,123 @@ def test_the_calibration_rows_cannot_separate_bandwidth_from_elementwise_traffic
     low = calibrate.fit(base=sim.Costs(elementwise_traffic=0.5)).values["bandwidth"]
     high = calibrate.fit(base=sim.Costs(elementwise_traffic=1.5)).values["bandwidth"]
     assert 0.3 < low < 0.4 and 1.3 < high < 1.7
+
+
+# ---------------------------------------------------------------- the frameworks' H100 tables
+
+
+def test_framework_rows_are_consistent_with_their_tables():
+    """llm-foundry's rows: the MPT shapes give the table's NumParams exactly (learned positions, biases,
+    tied embedding: so the shape we simulate is the one measured), and its MFU column follows from
+    the step time through its own count (6·NumParams + 12·l·h·s per token at 989 TFLOP/s) within
+    0.0005 (T/s/GPU rounded to a token, MFU to 0.01 %). Every row states its source and assumptions;
+    torchtitan's step is 2 sequences of 8192 tokens per GPU."""
+    assert len(frameworks.FOUNDRY_H100) == 70 and len(frameworks.TORCHTITAN_H100) == 4
+    for run in frameworks.FOUNDRY_H100:
+        rep = dict(run.reported)
+        assert run.model().num_params == rep["num_params"], run.name
+        count = 6 * rep["num_params"] * run.seq + 12 * run.layers * run.hidden * run.seq ** 2
+        mfu = count * run.global_batch / (run.gpus * run.measured_time * 989e12)
+        assert mfu == pytest.approx(rep["mfu"], abs=5e-4), run.name
+        assert run.tp == run.pp == 1 and run.dp == run.gpus and run.framework == "fsdp2"
+    for run in frameworks.TORCHTITAN_H100:
+        assert run.global_batch * run.seq / (run.gpus * run.measured_time) == dict(run.reported)["tokens_per_gpu_s"]
+        assert run.model().num_params == pytest.approx(8.03e9, rel=0.005)
+    assert all(r.source and r.assumptions and r.family in ("fsdp", "fp8") for r in frameworks.FRAMEWORKS_H100)
+    assert len(frameworks.NOT_EXPRESSIBLE) == 3 and all(why for _, why in frameworks.NOT_EXPRESSIBLE)
+
+
+def test_fp8_rows_are_consistent_with_their_tables():
+    """NeMo's Model TFLOP/s/GPU column follows from its Tokens/s/GPU and the shapes we give the models
+    (sim's model-FLOPs count: GPT-3's learned positions and 50304 vocabulary, Llama 2's SwiGLU and
+    grouped-query 70B, Nemotron's squared-ReLU MLP) within 1 TFLOP/s (the column's rounding); the
+    llm-foundry FP8 rows have their table's NumParams; every FP8 row runs its GEMMs in FP8 on H100s."""
+    assert len(frameworks.NEMO_FP8) == 10 and len(frameworks.FP8_H100) == 28
+    for run in frameworks.NEMO_FP8 + frameworks.NEMO_CP:
+        rep = dict(run.reported)
+        assert run.tflops_from_time(run.measured_time) == pytest.approx(rep["model_tflops_per_gpu"], abs=1.0), run.name
+    for run in frameworks.FOUNDRY_FP8:
+        assert run.model().num_params == dict(run.reported)["num_params"], run.name
+    for run in frameworks.FP8_H100:
+        assert run.fp8 and run.plan().fp8 and run.family == "fp8" and run.gpu in ("H100-80GB", "H200-141GB")
+    with pytest.raises(ValueError, match="FP8 tensor cores"):
+        CostModel(sim.Cluster.preset("A100-80GB"), sim.Plan(fp8=True), sim.Costs())
+    cm = CostModel(sim.Cluster.preset("H100-80GB"), sim.Plan(fp8=True), sim.Costs(fp8_efficiency=0.5))
+    assert cm.duration(Compute(989e12)) == pytest.approx(1.0)
+
+
+def test_flash_attention_is_timed_as_its_causal_kernels_and_counted_unmasked():
+    """'flash' takes the attention core out of the GEMMs: forward CAUSAL × 4bs²h, backward 2.5× that
+    (3.5× with full recompute), at Costs.attention_efficiency; model FLOPs (MFU) keep 4bs²h; 'eager'
+    is unchanged (the A100 rows' count)."""
+    model = sim.Model("m", layers=2, hidden=1024, heads=8, vocab=1000, seq=4096)
+    core = attention_core_flops(model, 2)
+    fwd = layer_forward_flops(model, 2)
+    f = layer_flops(model, 2, "none", "flash")
+    assert f["forward"] == (fwd - core, CAUSAL * core) and f["backward"] == (2 * (fwd - core), 2.5 * CAUSAL * core)
+    assert layer_flops(model, 2, "full", "flash")["backward"] == (3 * (fwd - core), 3.5 * CAUSAL * core)
+    assert layer_flops(model, 2, "none", "eager")["forward"] == (fwd, 0.0)
+    # torchtitan's per-op checkpointing recomputes k, o and w3 of Llama 3 8B's block: 36.5 % of its GEMMs
+    llama = frameworks.TORCHTITAN_H100[0].model()
+    share = op_sac_share(llama)
+    assert share == pytest.approx((4096 * 1024 + 4096**2 + 4096 * 14336)
+                                  / (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336))
+    g = layer_flops(llama, 1, "none", "flash", share)["backward"][0]
+    assert g == pytest.approx((2 + share) * layer_flops(llama, 1, "none", "flash")["forward"][0])
+    with pytest.raises(ValueError, match="recompute_gemms"):
+        sim.Plan(recompute_gemms=1.5)
+    cluster = sim.Cluster.preset("H100-80GB")
+    cm = CostModel(cluster, sim.Plan(), sim.Costs(attention_efficiency=0.25))
+    assert cm.duration(Compute(0.0, 0.0, 989e12)) == pytest.approx(4.0)
+
+
+def test_eager_kernels_move_more_bytes_and_fsdp_gathers_run_at_link_speed():
+    """kernels='eager' scales the element-wise bytes by Costs.eager_traffic; ZeRO-3's DeepSpeed-2021
+    slowdown across nodes (zero3_efficiency) is DeepSpeed's: an FSDP2 plan's gathers do not get it."""
+    cluster = sim.Cluster.preset("H100-80GB", nodes=2)
+    costs = sim.Costs(eager_traffic=3.0, hbm_efficiency=1.0)
+    fused = CostModel(cluster, sim.Plan(), costs).duration(Compute(0.0, 3.35e12))
+    assert fused == pytest.approx(1.0)
+    assert CostModel(cluster, sim.Plan(kernels="eager"), costs).duration(Compute(0.0, 3.35e12)) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="kernels"):
+        sim.Plan(kernels="compiled")
+    with pytest.raises(ValueError, match="backward_prefetch is an FSDP2 setting"):
+        sim.Plan(zero_stage=3, dp=8, backward_prefetch=False)
+    ds, fsdp = sim.Plan(zero_stage=3, dp=16), sim.Plan(zero_stage=3, dp=16, framework="fsdp2")
+    gather = Collective("all_gather", 1e9, "dp")
+    c = sim.Costs(zero3_efficiency=0.25)
+    assert CostModel(cluster, ds, c).duration(gather) > 3 * CostModel(cluster, fsdp, c).duration(gather)
+    assert CostModel(cluster, fsdp, c).duration(gather) == CostModel(cluster, fsdp, sim.Costs()).duration(gather)
+
+
+def test_held_out_h100_rows_meet_the_issue_targets_with_the_default_constants():
+    """Issue 33's targets on every H100/H200 row not fitted on (103 held-out rows: llm-foundry's and
+    torchtitan's bf16 and FP8 tables with torchtitan's context-parallel one and Trainy's H200 runs,
+    NeMo's FP8 table, Llama 3 405B on 16,384 GPUs, Nemotron-4 15B), with sim.Costs()'s defaults: mean
+    step-time error ≤ 8 %, max ≤ 20 %. Reached: 7.2 % mean; worst torchtitan's FSDP2 + Float8 on 128
+    GPUs −18.2 % (FSDP2's prefetched gathers hide more than the run did), MPT-70B on 32 GPUs +17.4 %,
+    MPT-30B at 8k tokens −15.4 %, torchtitan's CP 2 row +15.4 %, NeMo's Nemotron-22B −15.2 %. By
+    family: FSDP 6.8 % over 72 rows, FP8 8.3 % over 27, Llama 3 / Nemotron-4 7.2 % over 4."""
+    rows = [r for r in calibrate.held_out() if r.family in validation.HOPPER_FAMILIES]
+    report = calibrate.validate(sim.Costs(), rows)
+    assert len(report.rows) == 103 and not {r.name for r in report.rows} & set(calibrate.CALIBRATION)
+    assert report.mape_time <= 0.075
+    assert max(abs(r.time_error) for r in report.rows) <= 0.19
+    fam = {f: validation.family_mape(report, f) for f in validation.HOPPER_FAMILIES}
+    assert fam["fsdp"] <= 0.07 and fam["fp8"] <= 0.085 and fam["h100"] <= 0.08
+
+
+def test_fsdp_backward_post_gathers_wait_for_the_previous_unit():
+    """backward_prefetch=False (FSDP1's BACKWARD_POST, Composer's default, which llm-foundry's rows ran):
+    each backward all-gather starts when the previous unit's backward has ended; FSDP2's default
+    prefetches it during that backward."""
+    model = sim.Model("small", layers=6, hidden=512, heads=8, vocab=1000, seq=256)
+    cluster = sim.Cluster.preset("H100-80GB", nodes=2, gpus_per_node=4)
+    for prefetch in (True, False):
+        plan = sim.Plan(zero_stage=3, dp=8, framework="fsdp2", backward_prefetch=prefetch, attention="flash")
+        r = sim.simulate(model, cluster, plan, sim.Costs(), granularity="layer")
+        kinds = [KINDS[k] for k in r.graph.kind]
+        gathers = [i for i, k in enumerate(kinds) if k == "zero3_gather"][6:]  # the backward's
+        bwd = [i for i, k in enumerate(kinds) if k == "backward"]
+        waits = [r.start[gat] >= r.end[prev] - 1e-15 for gat, prev in zip(gathers[1:], bwd)]
+        assert all(waits) if not prefetch else not waits[0]  # prefetched: issued while unit 0's backward runs
