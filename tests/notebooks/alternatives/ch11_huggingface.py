@@ -69,30 +69,11 @@ return float(loss)
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
-    # the whole model gathered at once: right values, and the memory ZeRO-3 exists to save
+    # the whole model gathered at once (or module by module with recurse=True, whose root module is the whole
+    # model): right values, and the memory ZeRO-3 exists to save
     {"11.1": '''
 with zero3.GatheredParameters(list(model.parameters())):
     state = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
-return state if torch.distributed.get_rank() == 0 else None
-'''},
-    # module by module, but each module's parameters with its children's (recurse=True): the root module
-    # gathers everything
-    {"11.1": '''
-state = {}
-for prefix, module in model.named_modules():
-    with zero3.GatheredParameters(list(module.parameters())):
-        for name, p in module.named_parameters(recurse=False):
-            state[f"{prefix}.{name}" if prefix else name] = p.detach().clone()
-return state if torch.distributed.get_rank() == 0 else None
-'''},
-    # the live parameters kept, not copies: released after the gather, they are empty by the time they are read
-    {"11.1": '''
-state = {}
-for prefix, module in model.named_modules():
-    own = list(module.named_parameters(recurse=False))
-    with zero3.GatheredParameters([p for _, p in own]):
-        for name, p in own:
-            state[f"{prefix}.{name}" if prefix else name] = p
 return state if torch.distributed.get_rank() == 0 else None
 '''},
     # the copy kept on every rank: N full copies of the model, where rank 0's is the one saved
