@@ -1,20 +1,15 @@
 """Chapter 11: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # a list of every matrix and vector in a layer, head_dim by true division (a float count, equal all the same)
+    # one parameter at a time, by its full name: a tied weight is gathered twice, and never more than one
+    # unit is gathered beside the persistent ones
     "11.1": '''
-h, heads = config.hidden_size, config.num_attention_heads
-head_dim = config.head_dim if config.head_dim else h / heads
-q = heads * head_dim
-kv = (config.num_key_value_heads or heads) * head_dim
-f = config.intermediate_size
-tensors = [h * q, h * kv, h * kv, q * h, h * f, h * f, f * h, h, h]
-if config.attention_bias:
-    tensors += [q, kv, kv, h]
-if config.mlp_bias:
-    tensors += [f, f, h]
-outputs = 1 if config.tie_word_embeddings else 2
-return config.num_hidden_layers * sum(tensors) + outputs * config.vocab_size * h + h
+import torch.distributed as dist
+state = {}
+for name, p in model.named_parameters(remove_duplicate=False):
+    with zero3.GatheredParameters(p):
+        state[name] = p.data.cpu().clone()
+return state if dist.get_rank() == 0 else None
 ''',
 }
 
@@ -74,6 +69,23 @@ return float(loss)
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # the whole model gathered at once (or module by module with recurse=True, whose root module is the whole
+    # model): right values, and the memory ZeRO-3 exists to save
+    {"11.1": '''
+with zero3.GatheredParameters(list(model.parameters())):
+    state = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
+return state if torch.distributed.get_rank() == 0 else None
+'''},
+    # the copy kept on every rank: N full copies of the model, where rank 0's is the one saved
+    {"11.1": '''
+state = {}
+for prefix, module in model.named_modules():
+    own = list(module.named_parameters(recurse=False))
+    with zero3.GatheredParameters([p for _, p in own]):
+        for name, p in own:
+            state[f"{prefix}.{name}" if prefix else name] = p.detach().clone()
+return state
+'''},
     # the targets counted before the shift: each row's first label, which no token predicts, counted too
     # (rank 1's rows are mostly padding, so its share of the count is off most): shares and gradients fail
     {"11.3": '''

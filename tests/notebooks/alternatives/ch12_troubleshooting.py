@@ -1,11 +1,16 @@
 """Chapter 12: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # what each stage divides, as a table of divisors, and the first stage that fits found with next()
+    # the fingerprint exchanged as a Python object (torch's all_gather_object pickles it to a fixed-size
+    # byte tensor itself), compared as strings
     "12.1": '''
-divides = {0: (), 1: ("optimizer",), 2: ("optimizer", "grads"), 3: ("optimizer", "grads", "params")}
-held = {s: sum(b / world_size if cat in divides[s] else b for cat, b in stage0_bytes.items()) for s in divides}
-return next((s for s in sorted(held) if held[s] <= budget), None)
+import torch.distributed as dist
+calls = [None] * comm.get_world_size(group)
+dist.all_gather_object(calls, describe(tensor), group=group)
+if len(set(calls)) > 1:
+    raise ValueError(", ".join(f"rank {r} {c}" for r, c in enumerate(calls)))
+comm.all_reduce(tensor, group=group)
+return tensor
 ''',
     # rank 0 draws the flags and broadcasts them: every rank uses rank 0's draw
     "12.4": '''
@@ -45,3 +50,57 @@ finally:
 return next((n for n, _ in model.named_modules() if n in bad), None)
 ''',
 }
+
+# More mistakes, each graded in a release of its own.
+MORE_WRONG = [
+    # the fingerprint is the element count: 2×3 against 3×2 goes through and sums garbage
+    {"12.1": '''
+world = comm.get_world_size(group)
+n = torch.tensor([tensor.numel()])
+everyone = torch.empty(world, dtype=torch.int64)
+comm.all_gather(everyone, n, group=group)
+if (everyone != n).any():
+    name = str(tensor.dtype).removeprefix("torch.")
+    raise ValueError("; ".join(f"rank {r} {name}[{int(k)}]" for r, k in enumerate(everyone)))
+comm.all_reduce(tensor, group=group)
+return tensor
+'''},
+    # the shape padded with 1s and no ndim: a scalar and a one-element vector look the same
+    {"12.1": '''
+world = comm.get_world_size(group)
+mine = torch.ones(1 + MAX_DIMS, dtype=torch.int64)
+mine[0] = DTYPES.index(tensor.dtype)
+mine[1:1 + tensor.dim()] = torch.tensor(list(tensor.shape), dtype=torch.int64)
+everyone = torch.empty(world, 1 + MAX_DIMS, dtype=torch.int64)
+comm.all_gather(list(everyone.unbind(0)), mine, group=group)
+if not (everyone == mine).all():
+    raise ValueError("; ".join(f"rank {r} {str(DTYPES[int(p[0])]).removeprefix('torch.')}{[int(d) for d in p[1:] if d != 1]}"
+                               for r, p in enumerate(everyone)))
+comm.all_reduce(tensor, group=group)
+return tensor
+'''},
+    # the shape without the dtype: float32[4] and float64[4] reach gloo with different byte counts
+    {"12.1": '''
+world = comm.get_world_size(group)
+mine = torch.full((1 + MAX_DIMS,), -1, dtype=torch.int64)
+mine[0] = tensor.dim()
+mine[1:1 + tensor.dim()] = torch.tensor(list(tensor.shape), dtype=torch.int64)
+everyone = torch.empty(world * mine.numel(), dtype=torch.int64)
+comm.all_gather(everyone, mine, group=group)
+prints = everyone.view(world, -1).tolist()
+if any(p != prints[0] for p in prints):
+    name = str(tensor.dtype).removeprefix("torch.")
+    raise ValueError("; ".join(f"rank {r} {name}{p[1:1 + p[0]]}" for r, p in enumerate(prints)))
+comm.all_reduce(tensor, group=group)
+return tensor
+'''},
+    # a fixed pattern that every rank agrees on: the same block dropped at every step is not layer drop
+    {"12.4": '''
+return [i != 1 for i in range(LCFG.n_layers)]
+'''},
+    # the rank left out of the seed, and the step too: the same flags at every step
+    {"12.4": '''
+g = torch.Generator().manual_seed(1000 * seed)
+return (torch.rand(LCFG.n_layers, generator=g) >= P_DROP).tolist()
+'''},
+]
