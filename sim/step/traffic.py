@@ -10,13 +10,14 @@ from __future__ import annotations
 from sim.cost.work import Collective
 from sim.step.graph import KINDS
 
-DATA_PARALLEL = ("dp", "dp_shard", "dp_replica")
-_FACTOR = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+DATA_PARALLEL = ("dp", "dp_shard", "dp_replica", "dp_hpz", "dp_hpz_across")
+_FACTOR = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}  # all-to-all: keeps 1/n
 
 
 def group_size(plan, axis: str) -> int:
     """Ranks in a plan's ``axis`` group (the dp group: the dp·cp ranks holding the same parameters)."""
     return {"dp": plan.dp * plan.cp, "dp_shard": plan.shard_group, "dp_replica": plan.replicas, "tp": plan.tp,
+            "dp_hpz": plan.hpz, "dp_hpz_across": plan.dp * plan.cp // plan.hpz,
             "cp": plan.cp, "pp": 2, "world": plan.world_size}[axis]
 
 
