@@ -7,6 +7,7 @@ volumes; ``zero_ref.volume`` has them in closed form.
 """
 from __future__ import annotations
 
+from sim.cost.cost_model import CostModel
 from sim.cost.work import Collective
 from sim.step.graph import KINDS
 
@@ -37,5 +38,18 @@ def bytes_sent(graph, plan, axes=DATA_PARALLEL, stage: int = 0) -> dict[str, flo
         work = graph.works[graph.work[i]]
         kind = KINDS[graph.kind[i]]
         if graph.stage[i] == stage and isinstance(work, Collective) and work.axis in axes:
+            out[kind] = out.get(kind, 0.0) + wire_bytes(work, plan)
+    return out
+
+
+def bytes_by_link(graph, plan, cluster, axes=DATA_PARALLEL, stage: int = 0) -> dict[str, float]:
+    """{'nvlink' | 'ib': bytes} one rank of pipeline ``stage`` sends per step over the ``axes`` groups, each
+    group's collectives on its link (sim.spec.topology.group_link: inside a node or across nodes)."""
+    links = CostModel(cluster, plan).links
+    out: dict[str, float] = {}
+    for i in range(len(graph)):
+        work = graph.works[graph.work[i]]
+        if graph.stage[i] == stage and isinstance(work, Collective) and work.axis in axes:
+            kind = links[work.axis].kind
             out[kind] = out.get(kind, 0.0) + wire_bytes(work, plan)
     return out
