@@ -17,6 +17,8 @@ global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the G
 →) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
 FSDP2 plans (zero_stage 3) gather and reduce per unit, one unit per layer group, prefetching the
 next unit in the backward too, over the shard group under HSDP (sim.step.frameworks).
+DeepSpeed ZeRO-3 with ZeRO++ (sim.step.zeropp): qwZ's int8 gathers, hpZ's later gathers over the node's
+sub-group, qgZ's two int4 all-to-alls per bucket; their (de)quantize kernels add to the layer's HBM bytes.
 
 ZeRO-3's gathers follow DeepSpeed's hooks: a module's parameters are fetched before its forward,
 the next module's prefetched while it runs; in the backward (with activation checkpointing the
