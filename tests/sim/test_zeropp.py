@@ -132,3 +132,11 @@ def test_the_planner_chooses_zeropp_over_slow_infiniband():
     assert "qwZ hpZ8 qgZ" in describe(best)
     plain = min(r.step_time for r in fits if not r.plan.zeropp)
     assert fits[0].step_time < 0.7 * plain
+
+
+def test_the_trace_names_zeropps_groups():
+    from sim.views.trace import chrome_trace
+    r = sim.simulate(MODEL, cluster(nodes=2), plan(**ALL))
+    groups = {(e["args"]["Process Group Name"], e["args"]["Process Group Ranks"])
+              for e in chrome_trace(r)["traceEvents"] if "Group size" in e.get("args", {})}
+    assert ("dp_hpz", str(list(range(G)))) in groups and ("dp_hpz_across", str([0, G])) in groups
