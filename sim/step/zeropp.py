@@ -13,7 +13,8 @@ With n = dp·cp ranks, g = ``Plan.hpz`` (hpZ's sub-group, consecutive ranks: a n
   shard of 2Ψ/g bytes per rank; every later gather (backward's, the next micro-batches' forward) runs
   over the g ranks of the sub-group, axis 'dp_hpz' (partition_parameters.py: ``_partition_param_sec``
   and ``all_gather_coalesced``'s ``use_secondary_tensor``; the group from utils/groups.py
-  ``_create_zero_param_parallel_group``, consecutive ranks). The secondary copy is dropped at the step.
+  ``_create_zero_param_parallel_group``, consecutive ranks). The secondary copy is dropped at the step
+  (runtime/zero/stage3.py ``DeepSpeedZeroOptimizer_Stage3.invalidate_secondary_tensor``).
 - qgZ: each gradient bucket of P elements is reduced by two int4 all-to-alls (runtime/comm/
   coalesced_collectives.py ``all_to_all_quant_reduce``, called by runtime/zero/stage3.py
   ``DeepSpeedZeroOptimizer_Stage3.__avg_scatter_grads``): inside the sub-group ('dp_hpz', g ranks) the
