@@ -53,3 +53,24 @@ def dp_bytes_per_step(num_params: float, *, zero_stage: int, dp: int, framework:
         return f * psi * (grad_bytes + param_bytes)
     reduces = m if zero_stage == 2 else 1
     return f * psi * (2 * reduces * grad_bytes + param_bytes)
+
+
+def zeropp_cross_node_bytes(num_params: float, *, dp: int, node: int, quantized_weights: bool = True,
+                            hpz: bool = True, quantized_gradients: bool = True) -> float:
+    """Bytes one rank sends across nodes per step under ZeRO++ (Wang et al. 2023, §4; one micro-step, fp16
+    parameters and gradients, ``dp`` ranks in nodes of ``node``, scales and padding left out).
+
+    ZeRO-3 sends 2Ψf (forward's gathers) + 2Ψf (backward's) + 2Ψf (reduce-scatter), f = (n−1)/n: the paper's 3M,
+    M = 2Ψ. qwZ halves both gathers (int8); hpZ keeps backward's in the node (0); qgZ's second all-to-all sends
+    int4 partial sums of 1/node of the gradient to the other nodes: (M−1)/M · Ψ/(2·node) per rank, M = dp/node
+    nodes (its first all-to-all stays in the node). All three: Ψf + 0 + ≈Ψ/(2·node) per rank: the paper's
+    3M → 0.5M (each rank's gathers) + 0 + 0.25M (qgZ: Ψ/2 bytes leave each node, its ranks together) = 0.75M.
+    """
+    if dp % node:
+        raise ValueError(f"node={node} must divide dp={dp} (ranks per node)")
+    f, m = (dp - 1) / dp, dp // node
+    gather = f * num_params * (1 if quantized_weights else 2)
+    backward = 0.0 if hpz and node > 1 else gather
+    if not quantized_gradients:
+        return gather + backward + 2 * f * num_params
+    return gather + backward + (m - 1) / m * num_params / (2 * node)

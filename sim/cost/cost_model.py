@@ -41,6 +41,8 @@ class CostModel:
         self.links["pp"] = p2p_link(tp, dp, cluster) if pp > 1 else Link("nvlink", cluster.nvlink_bw, 1, 1)
         for axis in ("dp_shard", "dp_replica"):  # HSDP's two levels (FSDP2 with dp_shard)
             self.links[axis] = group_link(group_ranks(axis, tp, dp, pp, shard=plan.shard_group), cluster)
+        for axis in ("dp_hpz", "dp_hpz_across"):  # ZeRO++'s sub-groups (sim.step.zeropp)
+            self.links[axis] = group_link(group_ranks(axis, tp, dp, pp, shard=plan.hpz), cluster)
         r = recipe(plan.precision)
         self.adam_bytes = c.adam_bytes_per_param or (2 * r.K + r.bytes_per_param("grads")
                                                     + r.bytes_per_param("params"))
@@ -60,7 +62,7 @@ class CostModel:
         """``link_params`` for an all-gather or reduce-scatter: over DP in a ZeRO-3 plan, across
         nodes, at ``zero3_efficiency`` of the bandwidth (see the module docstring; DeepSpeed's only)."""
         n, a, bw = self.link_params(axis)
-        if (axis == "dp" and self.plan.zero_stage == 3 and self.links[axis].kind == "ib"
+        if (axis in ("dp", "dp_hpz", "dp_hpz_across") and self.plan.zero_stage == 3 and self.links[axis].kind == "ib"
                 and self.plan.framework != "fsdp2"):
             bw *= self.costs.zero3_efficiency
         return n, a, bw

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
-AXES = ("tp", "cp", "dp", "pp", "world", "dp_shard", "dp_replica")  # dp_*: HSDP's two levels of dp
+# dp_shard/dp_replica: HSDP's two levels of dp; dp_hpz/dp_hpz_across: ZeRO++'s sub-groups and the ranks across them
+AXES = ("tp", "cp", "dp", "pp", "world", "dp_shard", "dp_replica", "dp_hpz", "dp_hpz_across")
 LINKS = ("h2d", "d2h", "nvme_read", "nvme_write")
 
 

@@ -32,7 +32,7 @@ from functools import lru_cache
 from sim.cost.cost_model import CostModel
 from sim.cost.flops import attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops
 from sim.cost.work import Adam, Collective, Compute, Copy
-from sim.step import frameworks
+from sim.step import frameworks, zeropp
 from sim.step.memory_timeline import static_bytes
 from zero_ref.memory import recipe
 from zero_ref.parallel.schedules import warmup_count
@@ -133,7 +133,8 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     # reshard_after_forward: of the forwards only).
     if dp > 1:
         chunk = params / v
-        reduce = sum(d(w) for w in frameworks.grad_reduce(plan, chunk, gb))
+        reduce = sum(d(w) for w in (zeropp.grad_reduce(plan, chunk) if plan.zero_quantized_gradients
+                                    else frameworks.grad_reduce(plan, chunk, gb)))
         if plan.zero_stage >= 2:
             bound = max(bound, v * m * reduce)
         if _is_zero3_gathering(plan):
@@ -141,6 +142,8 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
             groups = n // gl
             gathers = 1 if frameworks.keeps_gathered(plan) else 2
             gather = d(Collective("all_gather", chunk / groups * pb, frameworks.gather_axis(plan)))
+            if plan.zeropp:  # ZeRO++: each gather at least its cheaper kind (hpZ: the sub-group's)
+                gather = min(d(zeropp.gather(plan, chunk / groups, pb, primary)[0]) for primary in (True, False))
             bound = max(bound, v * m * (gathers * groups * gather + reduce))
     if _is_zero3_gathering(plan) and plan.offload_param != "none":  # parameter copies, one at a time
         gl = n if granularity is None else granularity

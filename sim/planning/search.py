@@ -84,6 +84,9 @@ class Space:
     framework: str = "deepspeed"
     # The highest ZeRO stage allowed together with pp > 1; None: the framework's (1 or 3).
     max_zero_with_pp: int | None = None
+    # DeepSpeed ZeRO-3 on several nodes: also try ZeRO++ (sim.step.zeropp) with hpZ over the data-parallel
+    # ranks of a node: hpZ alone (exact), and qwZ + hpZ + qgZ (quantized)
+    zeropp: bool = True
 
     def __post_init__(self):
         if self.framework not in SPACE_FRAMEWORKS:
@@ -194,7 +197,8 @@ class SearchResult:
 
 
 def describe(plan: Plan) -> str:
-    """A short name: 'tp8 pp16 dp8 Z1 mbs1 m192 1f1b rc=sel sp' ('tp8 cp2u ...': cp 2 Ulysses; 'cp2r': ring)."""
+    """A short name: 'tp8 pp16 dp8 Z1 mbs1 m192 1f1b rc=sel sp' ('tp8 cp2u ...': cp 2 Ulysses; 'cp2r': ring;
+    ZeRO++: ' qwZ hpZ8 qgZ')."""
     sched = f"int{plan.virtual}" if plan.schedule == "interleaved" else plan.schedule
     rc = {"none": "", "selective": " rc=sel", "full": " rc=full"}[plan.recompute]
     off = "" if plan.offload_optimizer == "none" else f" off={plan.offload_optimizer}"
@@ -203,6 +207,8 @@ def describe(plan: Plan) -> str:
           "megatron": " megatron" + (" overlap-gather" if plan.overlap_param_gather else ""),
           "fsdp2": " fsdp2" + ("" if plan.reshard_after_forward else " keep")}[plan.framework]
     cp = f" cp{plan.cp}{plan.cp_kind[0]}" if plan.cp > 1 else ""
+    fw += "".join(name for name, on in ((" qwZ", plan.zero_quantized_weights), (f" hpZ{plan.hpz}", plan.hpz > 1),
+                                        (" qgZ", plan.zero_quantized_gradients)) if on)
     return (f"tp{plan.tp}{cp} pp{plan.pp} dp{plan.dp} Z{plan.zero_stage} mbs{plan.micro_batch_size} "
             f"m{plan.num_microbatches} {sched}{rc}{' sp' if plan.sequence_parallel else ''}{off}{fw}")
 
@@ -240,7 +246,18 @@ def enumerate_plans(model: Model, cluster: Cluster, global_batch: int, space: Sp
     for tp, pp in itertools.product(tps, pps):
         for cp, kind in context_degrees(model, tp, world, space):
             plans += _plans_of(model, space, world, tp, cp, kind, pp, global_batch, precision)
-    return plans
+    return [v for plan in plans for v in zeropp_variants(plan, gpn, space)]
+
+
+def zeropp_variants(plan: Plan, gpus_per_node: int, space: Space) -> list[Plan]:
+    """``plan``, and for a DeepSpeed ZeRO-3 plan whose data parallelism spans nodes its ZeRO++ versions:
+    hpZ over the node's data-parallel ranks (gpus_per_node // tp), alone and with qwZ and qgZ."""
+    g = gpus_per_node // plan.tp
+    n = plan.dp * plan.cp
+    if not space.zeropp or plan.framework != "deepspeed" or plan.zero_stage != 3 or g < 2 or n <= g or n % g:
+        return [plan]
+    return [plan, replace(plan, zero_hpz_partition_size=g),
+            replace(plan, zero_hpz_partition_size=g, zero_quantized_weights=True, zero_quantized_gradients=True)]
 
 
 def _plans_of(model, space, world, tp, cp, kind, pp, global_batch, precision) -> list[Plan]:
@@ -347,7 +364,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: Space | Non
             row.reason = reason
             continue
         # all a CostModel's links and rates depend on (ZeRO-3's data-parallel collectives have their own efficiency)
-        key = (plan.tp, plan.cp, plan.pp, plan.dp, plan.precision, plan.zero_stage == 3)
+        key = (plan.tp, plan.cp, plan.pp, plan.dp, plan.precision, plan.zero_stage == 3, plan.hpz)
         if key not in cost_models:
             cost_models[key] = CostModel(cluster, plan, costs)
         row.time_bound = time_lower_bound(model, cluster, plan, costs, granularity=g, cost_model=cost_models[key])

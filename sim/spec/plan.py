@@ -71,6 +71,10 @@ class Plan:
     ``backward_prefetch`` (FSDP only): the next unit's backward all-gather is issued ahead (FSDP2; FSDP1's
     BACKWARD_PRE); False issues it when the current unit's backward ends (FSDP1's BACKWARD_POST,
     Composer's default), as DeepSpeed's ZeRO-3 does.
+    DeepSpeed ZeRO-3 only, ZeRO++ (DeepSpeed's zero_optimization keys; sim.step.zeropp):
+    ``zero_quantized_weights`` (qwZ: int8 all-gathers), ``zero_hpz_partition_size`` (hpZ: 0 or 1 off, else
+    a divisor of dp·cp, typically the GPUs per node: a secondary parameter shard per sub-group of that
+    many ranks) and ``zero_quantized_gradients`` (qgZ: the reduce-scatter as an int4 all-to-all).
     """
 
     zero_stage: int = 0
@@ -102,6 +106,9 @@ class Plan:
     fp8: bool = False
     recompute_gemms: float = 0.0
     backward_prefetch: bool = True
+    zero_quantized_weights: bool = False
+    zero_hpz_partition_size: int = 1
+    zero_quantized_gradients: bool = False
 
     def __post_init__(self):
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
@@ -138,6 +145,34 @@ class Plan:
         if not isinstance(self.gradient_clipping, (int, float)) or self.gradient_clipping < 0:
             raise ValueError(f"Plan.gradient_clipping must be a number >= 0, got {self.gradient_clipping!r}")
         self._check_framework()
+        self._check_zeropp()
+
+    def _check_zeropp(self):
+        """ZeRO++'s fields: DeepSpeed ZeRO-3 only; the hpZ size tiles the dp·cp ranks."""
+        for name in ("zero_quantized_weights", "zero_quantized_gradients"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Plan.{name} must be True or False, got {getattr(self, name)!r}")
+        g = self.zero_hpz_partition_size
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            raise ValueError(f"Plan.zero_hpz_partition_size must be 0 or 1 (hpZ off) or a divisor of dp·cp, got {g!r}")
+        on = [n for n in ("zero_quantized_weights", "zero_quantized_gradients") if getattr(self, n)]
+        on += ["zero_hpz_partition_size"] * (g > 1)
+        if on and (self.framework, self.zero_stage) != ("deepspeed", 3):
+            raise ValueError(f"Plan.{on[0]} is DeepSpeed's ZeRO++, which runs on ZeRO-3: it needs "
+                             f"framework='deepspeed' and zero_stage=3 (got {self.framework!r}, {self.zero_stage})")
+        if g > 1 and (self.dp * self.cp) % g:
+            raise ValueError(f"Plan.zero_hpz_partition_size={g} does not divide the dp·cp = {self.dp * self.cp} "
+                             "ranks: use the GPUs per node (a divisor of dp·cp), or 1 to turn hpZ off")
+
+    @property
+    def hpz(self) -> int:
+        """hpZ's sub-group size (1: off)."""
+        return max(self.zero_hpz_partition_size, 1)
+
+    @property
+    def zeropp(self) -> bool:
+        """Whether any of ZeRO++'s three is on."""
+        return self.zero_quantized_weights or self.zero_quantized_gradients or self.hpz > 1
 
     def _check_framework(self):
         """The framework's fields: each check names the field and what to use instead."""
@@ -200,10 +235,11 @@ class Plan:
         zero_ref.config reads the config as DeepSpeed does (``parse(config, dp=dp, strict=False)``):
         DeepSpeed's defaults, its checks (an error names the key) and its batch arithmetic
         (train_batch_size = micro × accumulation × dp, the micro-batches forming the pipeline). Keys
-        that zero_ref does not run but DeepSpeed accepts (ZeRO++, another optimizer, a monitor, ...)
+        that the simulator does not model but DeepSpeed accepts (another optimizer, a monitor, ...)
         are accepted and do not change the plan. The plan takes the batch, the precision,
-        zero_optimization's stage, overlap_comm, bucket sizes and offload devices, and
-        gradient_clipping. ``overrides`` set fields DeepSpeed's config does not hold (schedule,
+        zero_optimization's stage, overlap_comm, bucket sizes and offload devices, ZeRO++'s three keys
+        at stage 3 (DeepSpeed ignores them below it; zero_quantized_nontrainable_weights: every simulated
+        weight trains), and gradient_clipping. ``overrides`` set fields DeepSpeed's config does not hold (schedule,
         virtual, recompute, sequence_parallel, attention).
         """
         if not isinstance(config, dict):
@@ -245,6 +281,10 @@ class Plan:
                              "(bf16.enabled, fp16.enabled or neither); use 'bf16', 'fp16' or 'fp32'")
         zero = {"stage": self.zero_stage, "overlap_comm": self.overlap_comm,
                 "reduce_bucket_size": self.reduce_bucket_size, "allgather_bucket_size": self.allgather_bucket_size}
+        if self.zeropp:
+            zero.update(zero_quantized_weights=self.zero_quantized_weights,
+                        zero_hpz_partition_size=self.zero_hpz_partition_size,
+                        zero_quantized_gradients=self.zero_quantized_gradients)
         for key, device in (("offload_optimizer", self.offload_optimizer), ("offload_param", self.offload_param)):
             if device != "none":
                 zero[key] = {"device": device, **({"nvme_path": nvme_path} if device == "nvme" else {})}
@@ -270,4 +310,13 @@ def _from_config(cfg: ds_config.Config) -> dict:
         offload_optimizer=zero.offload_optimizer.device if zero.offload_optimizer else "none",  # no section: none
         offload_param=zero.offload_param.device if zero.offload_param else "none",
         overlap_comm=zero.overlap_comm, reduce_bucket_size=zero.reduce_bucket_size,
-        allgather_bucket_size=zero.allgather_bucket_size, gradient_clipping=cfg.gradient_clipping)
+        allgather_bucket_size=zero.allgather_bucket_size, gradient_clipping=cfg.gradient_clipping,
+        **(_zeropp(zero, cfg.batch.dp) if zero.stage == 3 else {}))
+
+
+def _zeropp(zero, dp: int) -> dict:
+    """ZeRO++'s Plan fields from zero_optimization; hpZ's size as DeepSpeed takes it, min(size, dp)
+    (utils/groups.py, ``_create_zero_param_parallel_group``)."""
+    g = zero.zero_hpz_partition_size
+    return dict(zero_quantized_weights=zero.zero_quantized_weights, zero_quantized_gradients=zero.zero_quantized_gradients,
+                zero_hpz_partition_size=min(g, dp) if g > 1 else g)

@@ -36,14 +36,15 @@ def group_ranks(axis: str, tp: int, dp: int, pp: int, *, t: int = 0, d: int = 0,
     """The ranks of the ``axis`` group that contains (t, d, p); ``order`` as in ``zero_ref.parallel.topology``.
 
     HSDP's axes split the dp group: 'dp_shard', ``shard`` consecutive dp ranks (0: all of dp), and
-    'dp_replica', the ranks at the same place of every shard group.
+    'dp_replica', the ranks at the same place of every shard group. ZeRO++'s 'dp_hpz' and 'dp_hpz_across'
+    split it the same way with ``shard`` the hpZ sub-group size.
     """
     if axis == "world":
         return list(range(tp * dp * pp))
-    if axis in ("dp_shard", "dp_replica"):
+    if axis in ("dp_shard", "dp_replica", "dp_hpz", "dp_hpz_across"):
         ranks, shard = group_ranks("dp", tp, dp, pp, t=t, d=d, p=p, order=order), shard or dp
         first = d - d % shard
-        return ranks[first:first + shard] if axis == "dp_shard" else ranks[d % shard::shard]
+        return ranks[first:first + shard] if axis in ("dp_shard", "dp_hpz") else ranks[d % shard::shard]
     if axis not in AXES:
         raise ValueError(f"axis must be one of {AXES + ('world',)}, got {axis!r}")
     topo = Topology(tp=tp, dp=dp, pp=pp, order=order)

@@ -17,6 +17,8 @@ global gradient-norm all-reduce, and the optimizer step in chunks: Adam on the G
 →) CPU Adam (→ NVMe write) → H2D of the updated 16-bit parameters; stages 1–2 all-gather them.
 FSDP2 plans (zero_stage 3) gather and reduce per unit, one unit per layer group, prefetching the
 next unit in the backward too, over the shard group under HSDP (sim.step.frameworks).
+DeepSpeed ZeRO-3 with ZeRO++ (sim.step.zeropp): qwZ's int8 gathers, hpZ's later gathers over the node's
+sub-group, qgZ's two int4 all-to-alls per bucket; their (de)quantize kernels add to the layer's HBM bytes.
 
 ZeRO-3's gathers follow DeepSpeed's hooks: a module's parameters are fetched before its forward,
 the next module's prefetched while it runs; in the backward (with activation checkpointing the
@@ -58,7 +60,7 @@ from sim.cost import context
 from sim.cost.flops import (CAUSAL, attention_core_flops, head_forward_flops, layer_elementwise_bytes, layer_flops,
                              layer_forward_flops)
 from sim.cost.work import Adam, Collective, Compute, Copy
-from sim.step import frameworks
+from sim.step import frameworks, zeropp
 from sim.step.graph import TaskGraph
 from sim.step.pipeline import dependency, schedule_order
 
@@ -128,6 +130,8 @@ class _Lowering:
         self.gathers_params = plan.zero_stage == 3 and (self.dp > 1 or plan.offload_param != "none")
         self.shard = plan.shard_group  # ranks the model states are sharded over (dp·cp, or HSDP's dp_shard·cp)
         self.param_synced: set = set()  # (stage, chunk) whose parameters Megatron's overlapped gather delivered
+        self.gathered_once: set = set()  # ZeRO++ hpZ: (stage, chunk, group) gathered this step (secondary shard held)
+        self.zeropp_kernels: dict = {}  # ZeRO++: gather node -> HBM bytes of its (de)quantize kernels
         self.chunk_layers = layer_split(model.layers, stages * virtual)  # layers of virtual stage c·p + s
         nodes_per_group = 2 + (tp > 1) + 3 * self.gathers_params + (4 * cp + 6 if cp > 1 else 0)
         self.split_w = plan.schedule == "zb-h1"  # weight gradients in their own op W
@@ -220,7 +224,12 @@ class _Lowering:
         if pl.offload_param != "none":
             deps = [g.add("h2d", "h2d", s, Copy("h2d", shard), deps, i, c, grp)]
             first = first or deps
-        if self.dp > 1:
+        if self.dp > 1 and pl.zeropp:  # ZeRO++: qwZ's int8 gathers, hpZ's sub-group after the first
+            work, kernels = zeropp.gather(pl, params, self.param_bytes, (s, c, grp) not in self.gathered_once)
+            self.gathered_once.add((s, c, grp))
+            deps = [g.add("zero3_gather", "dp_comm", s, work, deps, i, c, grp)]
+            self.zeropp_kernels[deps[0]] = kernels
+        elif self.dp > 1:
             work = Collective("all_gather", params * self.param_bytes, frameworks.gather_axis(pl))
             deps = [g.add("zero3_gather", "dp_comm", s, work, deps, i, c, grp)]
         g.mem((first or deps)[0], "zero3_gathered", params * self.param_bytes)
@@ -273,6 +282,11 @@ class _Lowering:
                 work = Collective("all_gather", group_params * self.param_bytes, "dp")
                 gathered[j] = g.add("param_gather", "dp_comm", s, work, (), i, c, grp)  # the stream chains them
             work = self.compute_work(fwd, layers, head=last_vs and grp == n_groups - 1)
+            if pl.zeropp:  # ZeRO++'s (de)quantize kernels run on the compute stream, before the layer's use
+                extra = self.zeropp_kernels.pop(gathered[j], 0.0)
+                if reduce_now and pl.zero_quantized_gradients and self.dp > 1:
+                    extra += zeropp.reduce_kernel_bytes(pl, group_params, self.grad_bytes)
+                work = Compute(work.flops, work.hbm_bytes + extra)
             comp = self.compute(s, fwd, work, (prev, gathered[j], blocking, serial if j == 0 else None),
                                 i, c, grp, layers)
             prev = comp
@@ -431,7 +445,9 @@ class _Lowering:
         """Reduce one bucket of gradients over DP (and copy its shard to the host when offloading)."""
         g, pl, node = self.graph, self.plan, after
         if self.dp > 1:
-            for work in frameworks.grad_reduce(pl, params, self.grad_bytes):
+            works = zeropp.grad_reduce(pl, params) if pl.zero_quantized_gradients else \
+                frameworks.grad_reduce(pl, params, self.grad_bytes)
+            for work in works:
                 node = g.add("grad_reduce", "dp_comm", s, work, (node,), i, c, grp)
             freed = -len(waiting) * self.layer_params * self.group_layers[c * self.stages + s] * self.grad_bytes
             g.mem(node, "comm_bucket", freed, at_end=True)

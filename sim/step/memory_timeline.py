@@ -2,7 +2,7 @@
 
 The static part is zero_ref.memory's, unchanged: ``model_state_bytes(Ψ, zero_stage, dp, precision,
 tp, pp)`` on the GPU (dp: the ranks the states are sharded over, ``Plan.shard_group``: HSDP's dp_shard), or ``offload_placement`` (per pipeline stage and tensor rank: divided by
-tp·pp) across GPU / CPU / NVMe. The dynamic part comes from the task graph: activations of a
+tp·pp) across GPU / CPU / NVMe, plus ZeRO++ hpZ's secondary shard (2Ψ/g). The dynamic part comes from the task graph: activations of a
 micro-batch are allocated when its forward starts and freed when its backward ends, gathered
 ZeRO-3 parameters live from their all-gather to the end of the compute that uses them, unreduced
 gradient buckets from the backward to their reduction. Sorting every delta by time (frees
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zero_ref.memory import model_state_bytes, offload_placement
+from zero_ref.memory import model_state_bytes, offload_placement, recipe
+from sim.step.zeropp import secondary_bytes
 from sim.step.graph import CATEGORIES, TIERS
 
 _STATE = {"params": "param", "grads": "grad", "optimizer": "optim"}
@@ -35,11 +36,18 @@ def static_bytes(model, plan) -> dict[str, dict[str, float]]:
         states = model_state_bytes(psi, zero_stage=plan.zero_stage, dp=plan.shard_group, precision=plan.precision,
                                    tp=plan.tp, pp=plan.pp)
         out["gpu"].update({_STATE[k]: getattr(states, k) for k in _STATE})
-        return out
+        return _secondary(out, psi, plan)
     tiers = offload_placement(psi, zero_stage=plan.zero_stage, dp=plan.shard_group, precision=plan.precision,
                               offload_optimizer=plan.offload_optimizer, offload_param=plan.offload_param)
     for tier, states in tiers.items():
         out[tier].update({_STATE[k]: getattr(states, k) / (plan.tp * plan.pp) for k in _STATE})
+    return _secondary(out, psi, plan)
+
+
+def _secondary(out: dict, psi: float, plan) -> dict:
+    """ZeRO++ hpZ: the secondary 16-bit shard, 2Ψ/g per rank (sim.step.zeropp), on the GPU."""
+    if plan.hpz > 1:
+        out["gpu"]["param"] += secondary_bytes(plan, psi / (plan.tp * plan.pp), recipe(plan.precision).bytes_per_param("params"))
     return out
 
 

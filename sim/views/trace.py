@@ -67,7 +67,8 @@ def chrome_trace(result) -> dict:
             elif op == "p2p":
                 ranks = [pid[s], pid[(s + 1) % pl.pp]]
             else:  # the dp group is the dp·cp ranks holding the same parameters
-                ranks = group_ranks(axis, pl.tp, pl.dp * pl.cp, pl.pp, p=s, shard=pl.shard_group)
+                ranks = group_ranks(axis, pl.tp, pl.dp * pl.cp, pl.pp, p=s,
+                                    shard=pl.hpz if axis.startswith("dp_hpz") else pl.shard_group)  # ZeRO++'s
             n, elems = len(ranks), int(amount // width)
             ev["name"] = ("ncclDevKernel_SendRecv" if op == "p2p" else f"ncclDevKernel_AllGather_{algo}_LL"
                           if op == "all_gather" else f"ncclDevKernel_{nccl}_Sum_{short}_{algo}_LL")
