@@ -52,7 +52,7 @@ K/V at hand, with no traffic of their own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from zero_ref.memory import recipe
 from zero_ref.parallel.context import ring_bytes
@@ -286,7 +286,7 @@ class _Lowering:
                 extra = self.zeropp_kernels.pop(gathered[j], 0.0)
                 if reduce_now and pl.zero_quantized_gradients and self.dp > 1:
                     extra += zeropp.reduce_kernel_bytes(pl, group_params, self.grad_bytes)
-                work = Compute(work.flops, work.hbm_bytes + extra)
+                work = replace(work, hbm_bytes=work.hbm_bytes + extra)
             comp = self.compute(s, fwd, work, (prev, gathered[j], blocking, serial if j == 0 else None),
                                 i, c, grp, layers)
             prev = comp

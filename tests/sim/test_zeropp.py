@@ -140,3 +140,20 @@ def test_the_trace_names_zeropps_groups():
     groups = {(e["args"]["Process Group Name"], e["args"]["Process Group Ranks"])
               for e in chrome_trace(r)["traceEvents"] if "Group size" in e.get("args", {})}
     assert ("dp_hpz", str(list(range(G)))) in groups and ("dp_hpz_across", str([0, G])) in groups
+
+
+def test_zeropp_keeps_every_flop_of_the_layer():
+    """The (de)quantize kernels add HBM bytes to a layer's compute; its FLOPs, FlashAttention's included, stay:
+    the step never drops below the time lower bound, and the compute stream is busy as long as without ZeRO++."""
+    from sim.planning.bounds import time_lower_bound
+    model = sim.Model.preset("llama-3-8b", seq=32768)
+    cluster = sim.Cluster.preset("H100-80GB", nodes=2)
+    base = dict(zero_stage=3, tp=4, dp=4, num_microbatches=2, recompute="selective", sequence_parallel=True,
+                attention="flash")
+    plain = sim.simulate(model, cluster, sim.Plan(**base), granularity="stage")
+    for kw in ({"zero_hpz_partition_size": 2},
+               {"zero_quantized_weights": True, "zero_hpz_partition_size": 2, "zero_quantized_gradients": True}):
+        plan = sim.Plan(**base, **kw)
+        r = sim.simulate(model, cluster, plan, granularity="stage")
+        assert r.step_time >= time_lower_bound(model, cluster, plan, granularity=r.graph.group_sizes[0])
+        assert r.busy["compute"][0] >= plain.busy["compute"][0] * (1 - 1e-12)
