@@ -212,7 +212,7 @@ def _hpz(old, new):
 
 # the secondary over the wrong sub-group: strided "nodes" {0, 2}, {1, 3} (ranks r mod N/g): the same bytes, and
 # with the place inside the group taken right the same values, but every backward gather crosses the nodes
-WRONG["5.4"] = _hpz('''    for first in range(0, self.world, g):
+_STRIDED = _hpz('''    for first in range(0, self.world, g):
         group = comm.new_group(list(range(first, first + g)))
         if first <= self.rank < first + g:
             self.node = group''', '''    stride = self.world // g
@@ -223,6 +223,7 @@ WRONG["5.4"] = _hpz('''    for first in range(0, self.world, g):
                                           "i = full.numel() // self.g, self.rank // (self.world // self.g)")
 
 MORE_WRONG += [
+    {"5.4": _STRIDED},
     # backward gathers from the primary: the secondary is kept but never read (plain ZeRO-3's traffic)
     {"5.4": _hpz("    if self.secondary is None:\n        full = torch.empty(self.world",
                  "    if True:\n        full = torch.empty(self.world")},
