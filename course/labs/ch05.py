@@ -299,3 +299,95 @@ def mlp3_reference(X, Y, world_size):
             flat[:numels[-1]] = torch.cat([m.weight.grad.flatten(), m.bias.grad.flatten()])
             grads.append(flat)
     return loss.item(), numels, grads
+
+
+ZEROPP = {"ZeRO-3": {}, "qwZ": dict(quantized_weights=True), "hpZ": dict(hpz_partition_size=2),
+          "qwZ + hpZ": dict(quantized_weights=True, hpz_partition_size=2)}
+
+
+def zeropp_run(rank, world_size, cfg, adam, micro, steps=2):
+    """ZeRO-3 and ZeRO++ (``ZEROPP``, nodes of 2 ranks) on the course GPT: the last step's collectives
+    (op, dtype, bytes, group size), the secondary partition's elements after backward, the losses."""
+    from zero_ref.stages.zero3.zeropp import ZeroPP
+    out = {}
+    for name, knobs in ZEROPP.items():
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        opt = ZeroStage3(model, adam=adam, zeropp=ZeroPP(**knobs), param_persistence_threshold=0)
+        losses = []
+        for step in range(steps):
+            idx, targets = make_batch(cfg, micro * world_size, seed=step)
+            with comm.recording() as log:
+                _, loss = model(idx[rank * micro:(rank + 1) * micro], targets[rank * micro:(rank + 1) * micro])
+                opt.backward(loss)
+                secondary = sum(u.unit.zeropp.secondary.numel() for u in opt.units
+                                if u.unit.zeropp is not None and u.unit.zeropp.secondary is not None)
+                opt.step()
+            losses.append(loss.item())
+        out[name] = dict(records=[(r.op, r.dtype, r.bytes, r.group_size) for r in log.records if r.dtype != "int64"],
+                         secondary=secondary, losses=losses, numel=sum(u.size for u in opt.units))
+    return out
+
+
+class _Unit:
+    """What the library's ``UnitGather`` reads of a unit: its shard, group, size and full buffer."""
+
+    def __init__(self, part, world_size):
+        self.part, self.group, self.size = part, None, part.numel() * world_size
+        self.full = torch.empty(self.size)
+
+    def device_part(self):
+        return self.part
+
+
+def hpz_schedule(rank, world_size, make, unit_numel, g, steps=2):
+    """Two optimizer steps of one unit's gathers (forward, backward) through ``make(primary, g)``'s object (or,
+    with ``make=None``, the library's ``UnitGather``): per gather the group's ranks, the bytes, whether the
+    values are the unit's, and the secondary's elements after the step's first release."""
+    import torch.distributed as dist
+    from zero_ref.stages.zero3.secondary_partition import UnitGather, new_subgroups
+    s = unit_numel // world_size
+    truth = [torch.randn(unit_numel, generator=torch.Generator().manual_seed(step)) for step in range(steps)]
+    seen = []
+
+    def hook(op, tensor, group):
+        ranks = dist.get_process_group_ranks(group) if group is not None else list(range(world_size))
+        seen.append((op, tuple(ranks), tensor.numel() * tensor.element_size()))
+
+    if make is None:
+        lib, unit = UnitGather(False, new_subgroups(None, g)), _Unit(truth[0][rank * s:(rank + 1) * s].clone(), world_size)
+    else:
+        obj = make(truth[0][rank * s:(rank + 1) * s].clone(), g)
+    rows, secondary = [], []
+    for step in range(steps):
+        for phase in ("forward", "backward"):
+            seen.clear()
+            with comm.hooked(hook):
+                if make is None:
+                    lib.gather(unit)
+                    full = unit.full.clone()
+                    lib.keep_secondary(unit)
+                else:
+                    full = obj.gather()
+                    got = full.clone()
+                    obj.release(full)
+                    full.fill_(float("nan"))                 # released: a kept view would read NaN later
+                    full = got
+            rows.append(dict(phase=phase, step=step, collectives=list(seen),
+                             values=bool(full.shape == truth[step].shape and torch.equal(full, truth[step]))))
+            if phase == "forward":
+                kept = lib.secondary if make is None else getattr(obj, "secondary", None)
+                secondary.append(None if kept is None else kept.numel())
+        new = truth[step + 1][rank * s:(rank + 1) * s].clone() if step + 1 < steps else None
+        if new is not None:
+            if make is None:
+                unit.part = new
+                lib.invalidate()
+            else:
+                obj.step(new)
+    return dict(rows=rows, secondary=secondary)
+
+
+def hpz_exercise(rank, world_size, make, unit_numel, g):
+    """Task 5.4 on one launch: (the student's schedule, the library's) on this rank."""
+    return hpz_schedule(rank, world_size, make, unit_numel, g), hpz_schedule(rank, world_size, None, unit_numel, g)

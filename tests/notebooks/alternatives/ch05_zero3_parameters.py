@@ -147,3 +147,91 @@ def forward(self, x):
     return self.Gathered.apply(x, self.shard, self)
 '''},
 ]
+
+# Task 5.4 (hpZ): a correct answer in another style: the node groups listed first, the slice by torch.chunk,
+# the state as one optional tensor per source
+RIGHT["5.4"] = '''
+def __init__(self, primary, g):
+    world = dist.get_world_size()
+    nodes = [list(range(world))[i:i + g] for i in range(0, world, g)]
+    groups = [comm.new_group(ranks) for ranks in nodes]
+    self.me = dist.get_rank()
+    self.node = groups[self.me // g]
+    self.g, self.world = g, world
+    self.primary = primary
+    self.secondary = None
+
+def gather(self):
+    src, group, n = ((self.primary, None, self.world) if self.secondary is None
+                     else (self.secondary, self.node, self.g))
+    out = src.new_empty(n * src.numel())
+    comm.all_gather(out, src, group=group)
+    return out
+
+def release(self, full):
+    if self.secondary is None:
+        self.secondary = torch.chunk(full, self.g)[self.me % self.g].clone()
+
+def step(self, primary):
+    self.secondary = None
+    self.primary = primary
+'''
+
+_HPZ = '''
+def __init__(self, primary, g):
+    self.world, self.rank, self.g = dist.get_world_size(), dist.get_rank(), g
+    for first in range(0, self.world, g):
+        group = comm.new_group(list(range(first, first + g)))
+        if first <= self.rank < first + g:
+            self.node = group
+    self.primary, self.secondary = primary, None
+
+def gather(self):
+    if self.secondary is None:
+        full = torch.empty(self.world * self.primary.numel())
+        comm.all_gather(full, self.primary)
+    else:
+        full = torch.empty(self.g * self.secondary.numel())
+        comm.all_gather(full, self.secondary, group=self.node)
+    return full
+
+def release(self, full):
+    if self.secondary is None:
+        n, i = full.numel() // self.g, self.rank % self.g
+        self.secondary = full[i * n:(i + 1) * n].clone()
+
+def step(self, primary):
+    self.primary, self.secondary = primary, None
+'''
+
+
+def _hpz(old, new):
+    assert _HPZ.count(old) == 1, old
+    return _HPZ.replace(old, new)
+
+
+# the secondary over the wrong sub-group: strided "nodes" {0, 2}, {1, 3} (ranks r mod N/g): the same bytes, and
+# with the place inside the group taken right the same values, but every backward gather crosses the nodes
+_STRIDED = _hpz('''    for first in range(0, self.world, g):
+        group = comm.new_group(list(range(first, first + g)))
+        if first <= self.rank < first + g:
+            self.node = group''', '''    stride = self.world // g
+    for first in range(stride):
+        group = comm.new_group(list(range(first, self.world, stride)))
+        if self.rank % stride == first:
+            self.node = group''').replace("i = full.numel() // self.g, self.rank % self.g",
+                                          "i = full.numel() // self.g, self.rank // (self.world // self.g)")
+
+MORE_WRONG += [
+    {"5.4": _STRIDED},
+    # backward gathers from the primary: the secondary is kept but never read (plain ZeRO-3's traffic)
+    {"5.4": _hpz("    if self.secondary is None:\n        full = torch.empty(self.world",
+                 "    if True:\n        full = torch.empty(self.world")},
+    # the secondary slice indexed by the global rank: ranks 2 and 3 keep slices past the end of a node's 1/g
+    {"5.4": _hpz("n, i = full.numel() // self.g, self.rank % self.g", "n, i = full.numel() // self.g, self.rank")},
+    # the secondary a view of the released buffer, not a copy: backward reads what overwrote it
+    {"5.4": _hpz("self.secondary = full[i * n:(i + 1) * n].clone()", "self.secondary = full[i * n:(i + 1) * n]")},
+    # step keeps the stale secondary: the next forward gathers last step's values inside the node
+    {"5.4": _hpz("def step(self, primary):\n    self.primary, self.secondary = primary, None",
+                 "def step(self, primary):\n    self.primary = primary")},
+]
