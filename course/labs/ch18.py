@@ -36,7 +36,13 @@ def qgz_check(rank: int, world: int, reduce_fn) -> dict:
     flat = torch.randn(world * SHARD, generator=gen)
     exact = flat.clone()
     dist.all_reduce(exact)
-    out = {"exact": exact[rank * SHARD:(rank + 1) * SHARD]}
+    amax = flat.abs().max()
+    dist.all_reduce(amax, op=dist.ReduceOp.MAX)
+    nodes, q = world // NODE, (1 << (BITS - 1)) - 1
+    # int4 rounding is at most half a step, step = block max / q: step 1 sums N rounded chunks (each ≤ amax/(2q));
+    # step 2 rounds M partial sums (each ≤ L·amax·(1 + 1/(2q))) once more
+    bound = world * amax / (2 * q) + nodes * NODE * amax * (1 + 1 / (2 * q)) / (2 * q)
+    out = {"exact": exact[rank * SHARD:(rank + 1) * SHARD], "bound": bound.item()}
     for name in ("library", "yours"):
         calls = []
 
