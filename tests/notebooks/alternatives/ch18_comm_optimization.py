@@ -1,32 +1,96 @@
 """Chapter 18: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
+# Task 18.1 (qgZ): chunks sliced by index, rows stacked, a loop for the sum
 RIGHT = {
-    # count where a new bucket starts, walking the sizes backwards
     "18.1": '''
-starts, size = 0, 0
-for n in numels[::-1]:
-    if starts == 0 or size + n > bucket_size:
-        starts, size = starts + 1, 0
-    size += n
-return starts
+rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+nodes, s = world // node_size, flat.numel() // world
+
+def send_rows(rows, group):
+    width = rows[0].numel()
+    table = torch.stack(rows)
+    q, sc = block_quant.quantize(table, bits=4, rows=len(rows), block=block)
+    q_out, sc_out = torch.empty_like(q), torch.empty_like(sc)
+    comm.all_to_all(q_out, q, group=group)
+    comm.all_to_all(sc_out, sc, group=group)
+    back = block_quant.dequantize(q_out, sc_out, width, bits=4, rows=len(rows)).reshape(len(rows), width)
+    total = torch.zeros(width)
+    for row in back:
+        total += row
+    return total
+
+chunk = lambda m, l: flat[(m * node_size + l) * s:(m * node_size + l + 1) * s].float()
+partial = send_rows([torch.cat([chunk(m, l) for m in range(nodes)]) for l in range(node_size)], intra)
+if nodes == 1:
+    return partial
+return send_rows([partial[m * s:(m + 1) * s] for m in range(nodes)], inter)
 ''',
 }
 
-WRONG = {
-    # a tensor of shape (n, a, b) taken as an n × a matrix: the trailing dimensions are forgotten
-    "18.2": '''
-total = 0
-for s in shapes:
-    if len(s) >= 2 and s[0] * s[1] > min_compression_rate * rank * (s[0] + s[1]):
-        total += 4 * min(rank, s[0], s[1]) * (s[0] + s[1])
-    else:
-        total += 4 * math.prod(s)
-return total
-''',
-}
+_QGZ = '''
+world = torch.distributed.get_world_size()
+L, M = node_size, world // node_size
+s = flat.numel() // world
 
-# Task 18.3: mean |x| as the scale, padding with F.pad, one row per rank, torch.distributed's world size
-RIGHT["18.3"] = '''
+def exchange(rows, group, bits=4, blk=block):
+    n, width = rows.shape
+    q, scales = block_quant.quantize(rows, bits=bits, rows=n, block=blk)
+    q_in, s_in = torch.empty_like(q), torch.empty_like(scales)
+    comm.all_to_all(q_in, q, group=group)
+    comm.all_to_all(s_in, scales, group=group)
+    return block_quant.dequantize(q_in, s_in, width, bits=bits, rows=n).reshape(n, width)
+
+chunks = flat.float().reshape(M, L, s)
+'''
+
+MORE_WRONG = [
+    # the wrong group: step 1 across nodes, step 2 within the node (links and results differ)
+    {"18.1": _QGZ + '''
+partial = exchange(chunks.transpose(0, 1).reshape(L, M * s), inter).sum(dim=0)
+return exchange(partial.reshape(M, s), intra).sum(dim=0)
+'''},
+    # quantize after the sum: step 1 exchanges fp32 and sums, only step 2 is quantized (8× step 1's bytes)
+    {"18.1": _QGZ + '''
+rows = chunks.transpose(0, 1).reshape(L, M * s).contiguous()
+got = torch.empty_like(rows)
+comm.all_to_all(got, rows, group=intra)
+partial = got.sum(dim=0)
+return exchange(partial.reshape(M, s), inter).sum(dim=0)
+'''},
+    # one scale per row (per tensor chunk) instead of per block of 512: fewer scale bytes, coarser result
+    {"18.1": _QGZ + '''
+partial = exchange(chunks.transpose(0, 1).reshape(L, M * s), intra, blk=M * s).sum(dim=0)
+return exchange(partial.reshape(M, s), inter, blk=s).sum(dim=0)
+'''},
+    # int8 instead of int4: twice the integer bytes
+    {"18.1": _QGZ + '''
+partial = exchange(chunks.transpose(0, 1).reshape(L, M * s), intra, bits=8).sum(dim=0)
+return exchange(partial.reshape(M, s), inter, bits=8).sum(dim=0)
+'''},
+    # int4 unpacked by hand without sign extension: nibbles 8..15 read as +8..+15 instead of −8..−1
+    {"18.1": '''
+world = torch.distributed.get_world_size()
+L, M = node_size, world // node_size
+s = flat.numel() // world
+
+def exchange(rows, group):
+    n, width = rows.shape
+    q, scales = block_quant.quantize(rows, bits=4, rows=n, block=block)
+    q_in, s_in = torch.empty_like(q), torch.empty_like(scales)
+    comm.all_to_all(q_in, q, group=group)
+    comm.all_to_all(s_in, scales, group=group)
+    b = q_in.to(torch.int16)
+    ints = torch.stack((b & 0xF, b >> 4), dim=1).reshape(-1).float()
+    values = (ints.reshape(s_in.numel(), -1) * s_in[:, None]).reshape(n, -1)[:, :width]
+    return values
+
+partial = exchange(flat.float().reshape(M, L, s).transpose(0, 1).reshape(L, M * s), intra).sum(dim=0)
+return exchange(partial.reshape(M, s), inter).sum(dim=0)
+'''},
+]
+
+# Task 18.2: mean |x| as the scale, padding with F.pad, one row per rank, torch.distributed's world size
+RIGHT["18.2"] = '''
 def __init__(self, error_feedback=True):
     self.ef, self.memory = error_feedback, {}
 
