@@ -69,15 +69,20 @@ def one_step_traffic(rank, world, cfg, stage, gas, bucket):
     return calls, log.total_wire_bytes(), len(opt.buckets), padded
 
 
+def traffic_table(rank, world, cfg, buckets, gas_values):
+    """One optimizer step's collectives and wire bytes for every stage, bucket size and GAS."""
+    torch.set_num_threads(1)
+    return {(stage, name, gas): one_step_traffic(rank, world, cfg, stage, gas, size)
+            for stage in (0, 1, 2) for name, size in buckets.items() for gas in gas_values}
+
+
 def experiments(rank, world, cfg, global_batch, steps, buckets, gas_values):
     """The chapter's three experiments in one launch: equal weights, boundary traces, traffic per step."""
     torch.set_num_threads(1)
     equal = {(stage, micro, gas): train_accumulating(rank, world, cfg, stage, micro, gas, global_batch, steps)
              for stage in (0, 1, 2) for micro, gas in ((2, 4), (8, 1))}
     traces = {stage: boundary_trace(rank, world, cfg, stage) for stage in (1, 2)}
-    traffic = {(stage, name, gas): one_step_traffic(rank, world, cfg, stage, gas, size)
-               for stage in (0, 1, 2) for name, size in buckets.items() for gas in gas_values}
-    return equal, traces, traffic
+    return equal, traces, traffic_table(rank, world, cfg, buckets, gas_values)
 
 
 def single_process(cfg, micro, global_batch, steps):
