@@ -69,15 +69,20 @@ def one_step_traffic(rank, world, cfg, stage, gas, bucket):
     return calls, log.total_wire_bytes(), len(opt.buckets), padded
 
 
+def traffic_table(rank, world, cfg, buckets, gas_values):
+    """One optimizer step's collectives and wire bytes for every stage, bucket size and GAS."""
+    torch.set_num_threads(1)
+    return {(stage, name, gas): one_step_traffic(rank, world, cfg, stage, gas, size)
+            for stage in (0, 1, 2) for name, size in buckets.items() for gas in gas_values}
+
+
 def experiments(rank, world, cfg, global_batch, steps, buckets, gas_values):
     """The chapter's three experiments in one launch: equal weights, boundary traces, traffic per step."""
     torch.set_num_threads(1)
     equal = {(stage, micro, gas): train_accumulating(rank, world, cfg, stage, micro, gas, global_batch, steps)
              for stage in (0, 1, 2) for micro, gas in ((2, 4), (8, 1))}
     traces = {stage: boundary_trace(rank, world, cfg, stage) for stage in (1, 2)}
-    traffic = {(stage, name, gas): one_step_traffic(rank, world, cfg, stage, gas, size)
-               for stage in (0, 1, 2) for name, size in buckets.items() for gas in gas_values}
-    return equal, traces, traffic
+    return equal, traces, traffic_table(rank, world, cfg, buckets, gas_values)
 
 
 def single_process(cfg, micro, global_batch, steps):
@@ -95,13 +100,31 @@ def single_process(cfg, micro, global_batch, steps):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def batch_gradient(cfg, global_batch):
+    """The gradient of the first step in one process: the mean loss over the whole first batch, at the seed-0
+    initial weights."""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    idx, targets = make_batch(cfg, global_batch, seed=100)
+    model(idx, targets)[1].backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
 def manual_dp(rank, world, step_fn, cfg, global_batch, steps):
-    """``steps`` steps of ``step_fn`` at micro 2 × GAS 4 and 8 × GAS 1: the weights and the bytes of each step."""
+    """``steps`` steps of ``step_fn`` at micro 2 × GAS 4 and 8 × GAS 1: the weights, the bytes of each step, and
+    the gradients the optimizer stepped on (recorded when ``step_fn`` calls ``optimizer.step()``)."""
     out = {}
     for micro, gas in ((2, 4), (8, 1)):
         torch.manual_seed(0)
         model = GPT(cfg)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+        stepped, adamw_step = [], opt.step
+
+        def recording_step(*args, **kwargs):
+            stepped.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+            return adamw_step(*args, **kwargs)
+
+        opt.step = recording_step
         sent = []
         for step in range(steps):
             idx, targets = make_batch(cfg, global_batch, seed=100 + step)
@@ -109,7 +132,7 @@ def manual_dp(rank, world, step_fn, cfg, global_batch, steps):
             with comm.recording() as log:
                 step_fn(model, opt, mine, None)
             sent.append(int(sum(v["bytes"] for v in log.by_op().values())))
-        out[micro, gas] = torch.cat([p.detach().flatten() for p in model.parameters()]), sent
+        out[micro, gas] = torch.cat([p.detach().flatten() for p in model.parameters()]), sent, stepped
     return out
 
 

@@ -63,3 +63,23 @@ def grade_ring(rank: int, world: int, ring_fn, sizes) -> dict:
                           sends=sorted({p for kind, p in peers if kind == "send"}),
                           recvs=sorted({p for kind, p in peers if kind == "recv"}))
     return out
+
+
+def compare_fits(sweep) -> dict:
+    """One (α, B) for all three collectives fitted twice on a measured sweep — with the algorithms gloo runs
+    (reduce-scatter as an all-reduce) and with the ring model the library assumes — and each fit's rms
+    relative error."""
+    import numpy as np
+
+    from sim.calibration.fit_local import alpha_beta_terms, fit_alpha_beta
+
+    t = np.array([s["seconds"] for s in sweep])
+    terms = np.array([alpha_beta_terms("all_reduce" if s["op"] == "reduce_scatter" else s["op"], s["bytes"],
+                                       s["group_size"]) for s in sweep]) / t[:, None]
+    alpha, inv_bw = np.linalg.lstsq(terms, np.ones(len(t)), rcond=None)[0]
+    gloo_errors = terms @ [alpha, inv_bw] - 1
+    ring = fit_alpha_beta(sweep)
+    ring_errors = np.array([ring.time(s["op"], s["bytes"], s["group_size"]) / s["seconds"] - 1 for s in sweep])
+    rms = lambda e: float(np.sqrt(np.mean(e ** 2)))
+    return dict(gloo=(float(alpha), float(1 / inv_bw), rms(gloo_errors), float(np.abs(gloo_errors).max())),
+                ring=(ring.alpha, ring.bandwidth, rms(ring_errors), float(np.abs(ring_errors).max())))

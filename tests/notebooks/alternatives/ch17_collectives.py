@@ -2,12 +2,14 @@
 must fail)."""
 
 RIGHT = {
-    # one loop of 2(n − 1) steps over a list of chunk indices, a fresh receive buffer at each step
+    # one loop of 2(n − 1) steps over a list of chunk indices, a fresh receive buffer at each step, and the
+    # schedule rotated by one: rank r ends the reduce-scatter owning chunk r (its ranks send the same bytes in
+    # another order)
     "17.1": '''
 n, r = comm.get_world_size(), comm.get_rank()
 parts = list(torch.tensor_split(tensor.view(-1), n))
-schedule = [((r - k) % n, (r - k - 1) % n, True) for k in range(n - 1)]
-schedule += [((r + 1 - k) % n, (r - k) % n, False) for k in range(n - 1)]
+schedule = [((r - k - 1) % n, (r - k - 2) % n, True) for k in range(n - 1)]
+schedule += [((r - k) % n, (r - k - 1) % n, False) for k in range(n - 1)]
 for out, into, reduce in schedule:
     got = torch.empty_like(parts[into])
     handles = [comm.isend(parts[out], dst=(r + 1) % n), comm.irecv(got, src=(r + n - 1) % n)]
