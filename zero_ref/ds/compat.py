@@ -164,7 +164,7 @@ ZERO_TESTED = {
     "zero_ref.ds.ops.adam.FusedAdam", "zero_ref.ds.ops.adam.DeepSpeedCPUAdam",
     "zero_ref.ds.ops.adagrad.DeepSpeedCPUAdagrad", "zero_ref.ds.ops.lion.DeepSpeedCPULion",
     "zero_ref.ds.ops.lion.FusedLion"}
-TESTED_NAMES = "Adam, AdamW, Adagrad, FusedAdam, DeepSpeedCPUAdam, DeepSpeedCPUAdagrad, DeepSpeedCPULion, FusedLion"
+TESTED_NAMES = "Adam, AdamW, Adagrad, FusedAdam, DeepSpeedCPUAdam, ZenFlowCPUAdam, DeepSpeedCPUAdagrad, DeepSpeedCPULion, FusedLion"
 
 
 def check_tested(optimizer: torch.optim.Optimizer, cfg) -> None:
