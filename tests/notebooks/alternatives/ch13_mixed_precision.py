@@ -180,11 +180,11 @@ def backward(loss):
     (loss * scaler.loss_scale).backward()
 
 def step():
-    grad = torch.cat([p.grad.reshape(-1) for p in params]).float()
+    summed = torch.cat([p.grad.reshape(-1) for p in params])
     for p in params:
         p.grad = None
-    comm.all_reduce(grad)
-    grad = grad / world_size / scaler.loss_scale
+    comm.all_reduce(summed)
+    grad = summed.float() / world_size / scaler.loss_scale
     overflow = not bool(torch.isfinite(grad).all())
     scaler.update_scale(overflow)
     if overflow:
