@@ -163,3 +163,36 @@ def step():
     return True, math.sqrt(both[0].item())
 '''},
 ]
+
+# DDP-style 13.3: the whole gradient all-reduced, a full fp32 master and full moments on every rank; the numbers
+# match ZeroStage2's, the collectives do not (no reduce-scatter, an all-reduce of the whole gradient)
+MORE_WRONG.append({"13.3": '''
+from zero_ref import comm
+from zero_ref.optim import adam_step_
+
+params = list(model.parameters())
+master = torch.cat([p.detach().float().reshape(-1) for p in params])
+exp_avg, exp_avg_sq = torch.zeros_like(master), torch.zeros_like(master)
+applied = [0]
+model.half()
+
+def backward(loss):
+    (loss * scaler.loss_scale).backward()
+
+def step():
+    summed = torch.cat([p.grad.reshape(-1) for p in params])
+    for p in params:
+        p.grad = None
+    comm.all_reduce(summed)
+    grad = summed.float() / world_size / scaler.loss_scale
+    overflow = not bool(torch.isfinite(grad).all())
+    scaler.update_scale(overflow)
+    if overflow:
+        return False, math.inf
+    applied[0] += 1
+    adam_step_(master, grad, exp_avg, exp_avg_sq, applied[0], adam)
+    with torch.no_grad():
+        for p, values in zip(params, master.half().split([p.numel() for p in params])):
+            p.copy_(values.view_as(p))
+    return True, grad.double().norm().item()
+'''})
