@@ -51,7 +51,7 @@ def default_global_batch(model: Model, gpus: int) -> int:
 
 
 def plan(model: Model, gpu: str, gpus: int, global_batch: int | None = None, *, top: int = 5,
-         attention: str = "flash", framework: str = "deepspeed", memory_fraction: float = 0.9):
+         attention: str = "flash", framework: str = "deepspeed", memory_fraction: float = 0.9, zeropp: bool = False):
     """(search result, [(row, SimResult)] for its ``top`` fastest fitting plans); PlanError if impossible."""
     if gpu not in GPUS:
         raise PlanError(f"--gpu {gpu!r} is not a GPU preset; choose one of: {', '.join(GPUS)}")
@@ -68,7 +68,7 @@ def plan(model: Model, gpu: str, gpus: int, global_batch: int | None = None, *, 
                         f"of model states (16 bytes each), more than {gpus} × {gpu} with their hosts' memory and NVMe "
                         f"hold ({room / 1e12:.1f} TB); add GPUs")
     global_batch = global_batch or default_global_batch(model, gpus)
-    space = search.Space(attention=attention, framework=framework)
+    space = search.Space(attention=attention, framework=framework, zeropp=zeropp)
     costs = calibrate()
     try:
         result = search.search(model, cluster, global_batch, space, costs, top=top, memory_fraction=memory_fraction)
@@ -114,6 +114,8 @@ def main(argv=None) -> int:
     p.add_argument("--attention", choices=("flash", "eager"), default="flash")
     p.add_argument("--framework", choices=search.SPACE_FRAMEWORKS, default="deepspeed",
                    help="whose collectives and constraints the plans follow (default: deepspeed)")
+    p.add_argument("--zeropp", action="store_true",
+                   help="also try ZeRO++ (hpZ, qwZ + hpZ + qgZ) for ZeRO-3 plans whose data parallelism spans nodes")
     p.add_argument("--write-config", type=Path, help="write the best plan's DeepSpeed config here")
     args = parser.parse_args(argv)
     try:
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
                             "(drop --write-config, or plan with --framework deepspeed)")
         model = load_model(args.model, args.seq)
         result, best = plan(model, args.gpu, args.gpus, args.global_batch, top=args.top, attention=args.attention,
-                            framework=args.framework)
+                            framework=args.framework, zeropp=args.zeropp)
     except PlanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -124,7 +124,7 @@ def test_plan_fields_checks_and_the_deepspeed_round_trip():
 def test_the_planner_chooses_zeropp_over_slow_infiniband():
     slow = cluster("A100-80GB", nodes=2, ib_bw=25e9)  # 3 GB/s a GPU across nodes
     space = Space(zero_stages=(3,), tp=(1,), pp=(1,), micro_batch_sizes=(4,), recompute=("none",),
-                  offload=(("none", "none"),))
+                  offload=(("none", "none"),), zeropp=True)
     result = search(MODEL, slow, 64, space, top=None)
     fits = [r for r in result.rows if r.status == "fits"]
     best = fits[0].plan
