@@ -364,7 +364,6 @@ CHAPTERS: tuple[Chapter, ...] = (
         modules=(
             "zero_ref.ds.engine",
             "zero_ref.config",
-            "zero_ref.measure",
             "zero_ref.launch",
             "zero_ref.comm",
             "zero_ref.ds.hf",

@@ -5,6 +5,8 @@ Both reductions run on the same rank's gradient; a hook on ``zero_ref.comm`` tag
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -117,3 +119,12 @@ def overlap_timing(rank: int, world: int, repeats: int = 5, layers: int = 6, wid
             if i:
                 times[overlap].append(elapsed)
     return times
+
+
+def ddp_buckets(shapes, cap_mb=25):
+    """Bucket bytes of PyTorch DDP's own assignment (reducer.cpp compute_bucket_assignment_by_size, called on meta
+    tensors: no memory): the first bucket capped at 1 MiB (torch's _DEFAULT_FIRST_BUCKET_BYTES), then cap_mb MiB."""
+    params = [torch.empty(s, device="meta") for s in shapes]
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, cap_mb * 2**20]
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
+    return [4 * sum(math.prod(shapes[i]) for i in b) for b in buckets]

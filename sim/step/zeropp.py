@@ -31,9 +31,18 @@ off (step 1 only). DeepSpeed quantizes qgZ's 2-D gradients a row per block; here
 """
 from __future__ import annotations
 
-from zero_ref.stages.zero3.block_quant import quantized_bytes
-from zero_ref.stages.zero3.quantized_reduce import BLOCK as GRAD_BLOCK
 from sim.cost.work import Collective
+
+
+def quantized_bytes(*args, **kw) -> int:
+    """zero_ref's own count (block_quant.quantized_bytes), imported on use: importing sim loads no torch."""
+    from zero_ref.stages.zero3.block_quant import quantized_bytes as count
+    return count(*args, **kw)
+
+
+def _grad_block() -> int:
+    from zero_ref.stages.zero3.quantized_reduce import BLOCK
+    return BLOCK
 
 
 def _elements(x: float) -> int:
@@ -61,10 +70,10 @@ def grad_reduce(plan, params: float) -> list[Collective]:
     n = plan.dp * plan.cp
     g = plan.hpz if plan.hpz > 1 else n
     m, s = n // g, params / n
-    out = [Collective("all_to_all", quantized_bytes(_elements(m * s), 4, rows=g, block=GRAD_BLOCK),
+    out = [Collective("all_to_all", quantized_bytes(_elements(m * s), 4, rows=g, block=_grad_block()),
                       "dp_hpz" if g < n else "dp")]
     if m > 1:
-        out.append(Collective("all_to_all", quantized_bytes(_elements(s), 4, rows=m, block=GRAD_BLOCK),
+        out.append(Collective("all_to_all", quantized_bytes(_elements(s), 4, rows=m, block=_grad_block()),
                               "dp_hpz_across"))
     return out
 

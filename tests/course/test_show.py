@@ -11,12 +11,12 @@ from zero_ref.parallel.schedules import warmup_count
 
 WARMUP_COUNT = '''\
 def warmup_count(schedule: str, stages: int, microbatches: int, stage: int, virtual: int = 1) -> int:
-    """Forwards stage s runs before its first backward: GPipe m; 1F1B p − s − 1; interleaved
+    """Forwards stage s runs before its first backward: GPipe m; 1F1B and ZB-H1 p − s − 1; interleaved
     2(p − s − 1) + (v − 1)·p (Megatron's count); never more than the v·m forwards it has."""
     p, m, v, s = stages, microbatches, virtual, stage
     if schedule == "gpipe":
         return m
-    if schedule == "1f1b":
+    if schedule in ("1f1b", "zb-h1"):
         return min(p - s - 1, m)
     return min(2 * (p - s - 1) + (v - 1) * p, v * m)
 '''
@@ -33,8 +33,8 @@ def test_without_the_docstring_its_lines_are_gone():
 
 
 def test_an_excerpt_runs_from_the_start_line_up_to_the_until_line():
-    assert source(warmup_count, start='if schedule == "1f1b"', until="return min(2") == (
-        '    if schedule == "1f1b":\n'
+    assert source(warmup_count, start='if schedule in ("1f1b", "zb-h1")', until="return min(2") == (
+        '    if schedule in ("1f1b", "zb-h1"):\n'
         '        return min(p - s - 1, m)\n')
     # until alone cuts from the top (the signature); start alone runs to the end
     assert source(warmup_count, until='"""') == WARMUP_COUNT.splitlines(keepends=True)[0]
@@ -53,7 +53,7 @@ def test_markers_that_do_not_pin_one_line_raise_naming_the_object_and_the_marker
     with pytest.raises(ValueError, match=r"warmup_count.*'return'.*3 lines"):
         source(warmup_count, start="return")
     with pytest.raises(ValueError, match=r"warmup_count.*'gpipe'"):  # only before the start
-        source(warmup_count, start='if schedule == "1f1b"', until="gpipe")
+        source(warmup_count, start='if schedule in ("1f1b", "zb-h1")', until="gpipe")
     with pytest.raises(ValueError, match=r"Piece.numel.*no docstring"):
         source(Piece.numel, docstring=False)
 
