@@ -19,7 +19,7 @@ from tests.notebooks.browser_lab import CHROMIUM, REPO
 
 CHAPTER = "ch01_course_map.ipynb"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(3600)]
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is installed by requirements-dev.txt")
 
 
