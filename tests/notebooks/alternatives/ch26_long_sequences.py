@@ -68,27 +68,6 @@ return dq.permute(2, 0, 1, 3), dk_acc.permute(2, 0, 1, 3), dv_acc.permute(2, 0, 
 }
 
 WRONG = {
-    # each block's gradient kept where it was computed: a rank returns the sum of its own queries' shares of
-    # every block that passed by, not its own block's gradient from every rank's queries
-    "26.2": '''
-cp, r = dist.get_world_size(group), dist.get_rank(group)
-ranks = dist.get_process_group_ranks(group)
-pos = [torch.tensor(zigzag_positions(q.shape[0] * cp, cp, j)) for j in range(cp)]
-qh, oh, doh = (t.permute(1, 2, 0, 3) for t in (q, out, dout))
-kv = torch.stack([k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)]).contiguous()
-dq, dkv = torch.zeros_like(qh), torch.zeros_like(kv)
-for step in range(cp):
-    owner = (r - step) % cp
-    dq_b, dk_b, dv_b = block_backward(qh, kv[0], kv[1], oh, lse, doh, pos[owner][None, :] <= pos[r][:, None])
-    dq += dq_b
-    dkv += torch.stack([dk_b, dv_b])
-    if step < cp - 1:
-        incoming = torch.empty_like(kv)
-        for h in (comm.isend(kv, ranks[(r + 1) % cp], group), comm.irecv(incoming, ranks[(r - 1) % cp], group)):
-            h.wait()
-        kv = incoming
-return tuple(t.permute(2, 0, 1, 3) for t in (dq, dkv[0], dkv[1]))
-''',
     # the all-to-all on the wrong dim: the (s/cp, b, cp, heads/cp, d) view sent as it is, so dim 0 (the tokens)
     # is split among the ranks instead of the head groups; shapes fit, values do not
     "26.3": '''
@@ -109,6 +88,27 @@ return to_sequence(causal_attention(to_heads(q), to_heads(k), to_heads(v)))
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # each block's gradient kept where it was computed: a rank returns the sum of its own queries' shares of
+    # every block that passed by, not its own block's gradient from every rank's queries
+    {"26.2": '''
+cp, r = dist.get_world_size(group), dist.get_rank(group)
+ranks = dist.get_process_group_ranks(group)
+pos = [torch.tensor(zigzag_positions(q.shape[0] * cp, cp, j)) for j in range(cp)]
+qh, oh, doh = (t.permute(1, 2, 0, 3) for t in (q, out, dout))
+kv = torch.stack([k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)]).contiguous()
+dq, dkv = torch.zeros_like(qh), torch.zeros_like(kv)
+for step in range(cp):
+    owner = (r - step) % cp
+    dq_b, dk_b, dv_b = block_backward(qh, kv[0], kv[1], oh, lse, doh, pos[owner][None, :] <= pos[r][:, None])
+    dq += dq_b
+    dkv += torch.stack([dk_b, dv_b])
+    if step < cp - 1:
+        incoming = torch.empty_like(kv)
+        for h in (comm.isend(kv, ranks[(r + 1) % cp], group), comm.irecv(incoming, ranks[(r - 1) % cp], group)):
+            h.wait()
+        kv = incoming
+return tuple(t.permute(2, 0, 1, 3) for t in (dq, dkv[0], dkv[1]))
+'''},
     # each block's softmax normalised on its own (its own log-sum-exp from block_forward) instead of the final
     # lse: every block's probabilities sum to 1, so the gradients are wrong although the bytes are right
     {"26.2": '''
