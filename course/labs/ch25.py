@@ -146,3 +146,69 @@ def ep_moe_run(rank, world, ep_moe):
     a2a = [[int(r.bytes) for r in log.records if r.op == "all_to_all"] for log in (forward, backward)]
     return dict(out=close(y, ys[rank]), grads=grads, dropped=int(dropped), dropped_ref=dropped_ref,
                 a2a=a2a, per_call=per_call)
+
+
+def counts_first_run(rank, world, counts_first_moe):
+    """The student's dropless layer on this rank against zero_ref's single-process MoE with room for every token."""
+    import copy
+
+    cfg, n = GPTConfig(vocab_size=8, seq_len=16, d_model=16, n_heads=2, n_layers=1), 16
+    torch.manual_seed(0)
+    ref = moe.MoE(cfg, num_experts=world, k=1, capacity_factor=float(world))   # C = N: no token is ever dropped
+    with torch.no_grad():
+        ref.gate.weight.mul_(4.0)                                  # a confident router: uneven counts
+    xs = [torch.randn(n, cfg.d_model, generator=torch.Generator().manual_seed(10 + r)) for r in range(world)]
+    with torch.no_grad():
+        y_ref = ref(xs[rank])
+        assert ref.routing.dropped == 0
+        choices = [(x @ ref.gate.weight.T).argmax(-1) for x in xs]
+        expert = copy.deepcopy(ref.experts[str(rank)])
+        with comm.recording() as log:
+            y = counts_first_moe(xs[rank].clone(), ref.gate.weight.clone(), expert)
+    received = sum(int((c == rank).sum()) for c in choices)      # every rank's tokens that chose expert `rank`
+    return dict(out=torch.allclose(y, y_ref, rtol=1e-5, atol=1e-5), calls=[(r.op, int(r.bytes)) for r in log.records],
+                counts=torch.bincount(choices[rank], minlength=world).tolist(), received=received,
+                dispatch=n * cfg.d_model * 4, combine=received * cfg.d_model * 4,
+                fixed_slots=moe.dispatch_bytes(world, n, cfg.d_model))
+
+
+# DeepSeek-V3 (arXiv 2412.19437): the configuration of §4.2, the cluster and parallelism of §3.1–3.2
+# (2,048 H800s, 8 per node, NVLink 160 GB/s, InfiniBand 50 GB/s per GPU; PP 16, EP 64 over 8 nodes, ZeRO-1
+# data parallelism; each token sent to at most 4 nodes) and the cost of §1 (180K H800 GPU hours per trillion tokens).
+DSV3 = dict(layers=61, dense_layers=3, hidden=7168, heads=128, vocab=129280, seq=4096, experts=256, shared=1, k=8,
+            expert_ffn=2048, dense_ffn=18432, q_rank=1536, kv_rank=512, qk_nope=128, qk_rope=64, v_head=128,
+            gpus=2048, gpus_per_node=8, pp=16, ep=64, nvlink=160e9, ib=50e9, max_nodes=4,
+            gpu_hours_per_trillion=180e3)
+
+
+def dsv3_params(c=DSV3):
+    """(total, active per token, active per MoE layer) parameters of DeepSeek-V3 (the MTP module left out)."""
+    h, a = c["hidden"], c["heads"]
+    mla = (h * c["q_rank"] + c["q_rank"] * a * (c["qk_nope"] + c["qk_rope"])           # queries, low-rank
+           + h * (c["kv_rank"] + c["qk_rope"]) + c["kv_rank"] * a * (c["qk_nope"] + c["v_head"])   # keys, values
+           + a * c["v_head"] * h)                                                      # output projection
+    expert, router = 3 * h * c["expert_ffn"], h * c["experts"]
+    moe_layers = c["layers"] - c["dense_layers"]
+    dense = c["dense_layers"] * (mla + 3 * h * c["dense_ffn"]) + 2 * c["vocab"] * h
+    layer_active = mla + (c["k"] + c["shared"]) * expert + router
+    total = dense + moe_layers * (mla + (c["experts"] + c["shared"]) * expert + router)
+    return total, dense + moe_layers * layer_active, layer_active
+
+
+def dsv3_sim(c=DSV3):
+    """(model of the 58 MoE layers, H800 cluster, plan, MoE) for ``sim.cost.moe``: an H800 is an H100's
+    989 TFLOP/s with NVLink at 160 GB/s; one 4,096-token sequence per micro-batch."""
+    import sim
+    from sim.cost.moe import MoE
+    model = sim.Model("DeepSeek-V3 MoE layers", layers=c["layers"] - c["dense_layers"], hidden=c["hidden"],
+                      heads=c["heads"], vocab=c["vocab"], seq=c["seq"], ffn=c["expert_ffn"], gated=True, bias=False,
+                      tied=False, norm="rmsnorm", positions="rotary", dropout=False)
+    cluster = sim.Cluster.preset("H100-80GB", nodes=c["gpus"] // c["gpus_per_node"], nvlink_bw=c["nvlink"],
+                                 ib_bw=c["gpus_per_node"] * c["ib"])
+    plan = sim.Plan(pp=c["pp"], dp=c["gpus"] // c["pp"], zero_stage=1)
+    return model, cluster, plan, MoE(num_experts=c["experts"], k=c["k"], capacity_factor=1.0, ep=c["ep"])
+
+
+def dsv3_attention_flops(c=DSV3) -> float:
+    """Forward FLOPs of one layer's causal attention core on one sequence: s²/2 · heads · 2·(d_qk + d_v)."""
+    return c["seq"] ** 2 * c["heads"] * (c["qk_nope"] + c["qk_rope"] + c["v_head"])

@@ -12,8 +12,11 @@ consecutive data-parallel ranks (``zero_ref.parallel.topology``), so the ep grou
 Per MoE layer and micro-batch, one rank (as zero_ref's layer does it, fixed capacity slots):
     capacity  C = ceil(k · b·s · capacity_factor / E)               (``zero_ref.parallel.capacity``)
     dispatch and combine in forward, their transposes in backward: four all-to-alls of the padded
-    (E, C, h) buffer, E·C·h·e bytes each, (ep − 1)/ep of it leaving the rank:
-        each      (ep − 1)·α + (ep − 1)/ep · S/B                    (nothing overlaps them)
+    (E, C, h) buffer, E·C·h·e bytes each, (ep − 1)/ep of it leaving the rank (nothing overlaps them):
+        inside a node   (ep − 1)·α + (ep − 1)/ep · S/B_nvlink
+        across nodes    (ep − 1)·α + max((ep − g)/ep · S/B_ib, (g − 1)/ep · S/B_nvlink)
+    with g the group's ranks per node. Across nodes every rank of a node sends at once, so each gets
+    only its own NIC, ib_bw/gpus_per_node (the bisection bound), not the g NICs a ring would use.
 Memory and gradients, per rank: the dense parameters are replicated over dp and partitioned by ZeRO
 over dp; an expert's parameters are replicated over the edp = dp/ep ranks that hold it, and ZeRO
 partitions them over that expert-data-parallel group (DeepSpeed's ``expert_data_parallel_group``).
@@ -70,6 +73,19 @@ def expert_params(model) -> int:
     return matrices * h * f + (((matrices - 1) * f + h) if model.bias else 0)
 
 
+def all_to_all_time(size: float, link: Link, cluster, costs: Costs) -> float:
+    """Seconds of one all-to-all of a ``size``-byte buffer per rank over ``link`` (see the module docstring)."""
+    n = link.size
+    if n == 1:
+        return 0.0
+    if link.kind == "nvlink":
+        return (n - 1) * costs.alpha_nvlink + (n - 1) / n * size / (cluster.nvlink_bw * costs.nvlink_efficiency)
+    g = link.per_node
+    across = (n - g) / n * size / (cluster.ib_bw_per_gpu * costs.ib_efficiency)
+    inside = (g - 1) / n * size / (cluster.nvlink_bw * costs.nvlink_efficiency)
+    return (n - 1) * costs.alpha_ib + max(across, inside)
+
+
 @dataclass(frozen=True)
 class MoECost:
     """One rank of an MoE plan: the all-to-all per MoE layer and micro-batch, and the step's states and syncs.
@@ -97,11 +113,10 @@ def moe_cost(model, cluster, plan, moe: MoE, costs: Costs | None = None) -> MoEC
     c, e = cm.costs, recipe(plan.precision).bytes_per_param("params")
     topo = Topology(tp=plan.tp, dp=plan.dp, pp=plan.pp, ep=moe.ep)
     link = group_link(topo.group_of("ep", 0), cluster)
-    _, alpha, bw = link_terms(link, c)
     slots = capacity(plan.micro_batch_size * model.seq, moe.num_experts, moe.k, moe.capacity_factor,
                      moe.min_capacity)
     size = dispatch_bytes(moe.num_experts, slots, model.hidden, e)
-    one = reduce_scatter(size, moe.ep, alpha, bw)           # an all-to-all costs what a reduce-scatter does
+    one = all_to_all_time(size, link, cluster, c)
     n_moe = moe.layers(model)
     gate = model.hidden * moe.num_experts                    # the router: h × E, no bias
     dense = (model.num_params + n_moe * (gate - expert_params(model))) // plan.pp

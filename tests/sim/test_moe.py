@@ -59,9 +59,11 @@ def test_all_to_all_time_on_the_link_the_ep_group_crosses():
         cluster = sim.Cluster(sim.GPUS["A100-80GB"], nodes=nodes, gpus_per_node=gpn)
         cost = moe_cost(model, cluster, sim.Plan(dp=16), moe, costs)
         assert cost.capacity == slots and cost.dispatch_bytes == size and cost.link.kind == kind
-        alpha, bw = ((costs.alpha_nvlink, cluster.nvlink_bw * costs.nvlink_efficiency) if kind == "nvlink" else
-                     (costs.alpha_ib, min(cluster.nvlink_bw, 2 * cluster.ib_bw_per_gpu) * costs.ib_efficiency))
-        one = 7 * alpha + 7 / 8 * size / bw
+        nvlink = cluster.nvlink_bw * costs.nvlink_efficiency
+        if kind == "nvlink":
+            one = 7 * costs.alpha_nvlink + 7 / 8 * size / nvlink
+        else:  # 2 ranks per node: 6/8 of the buffer leaves the node, each rank on its own NIC
+            one = 7 * costs.alpha_ib + max(6 / 8 * size / (cluster.ib_bw_per_gpu * costs.ib_efficiency), 1 / 8 * size / nvlink)
         assert cost.all_to_all == {"forward": pytest.approx(2 * one, rel=1e-12), "backward": pytest.approx(2 * one, rel=1e-12)}
 
 

@@ -10,6 +10,22 @@ position = ((onehot.cumsum(0) - 1) * onehot).sum(1).view(2, len(first))
 slots = [[int(p) if p < capacity else None for p in row] for row in position.tolist()]
 return [[a, b] for a, b in zip(*slots)]
 ''',
+    # index lists per expert instead of a sort; int32 counts; the result written back with index_copy
+    "25.2": '''
+e = gate_weight.shape[0]
+probs = torch.softmax(x @ gate_weight.T, dim=-1)
+p, choice = probs.max(dim=-1)
+groups = [torch.nonzero(choice == j).flatten() for j in range(e)]
+send = torch.tensor([len(g) for g in groups], dtype=torch.int32)
+recv = torch.zeros_like(send)
+comm.all_to_all(recv, send, group=group)
+idx = torch.cat(groups)
+rows = torch.zeros(int(recv.sum()), x.shape[1], dtype=x.dtype)
+comm.all_to_all(rows, x.index_select(0, idx), recv.tolist(), send.tolist(), group=group)
+back = torch.zeros_like(x)
+comm.all_to_all(back, expert(rows), send.tolist(), recv.tolist(), group=group)
+return torch.zeros_like(x).index_copy(0, idx, back * p[idx].unsqueeze(1))
+''',
 }
 
 WRONG = {
@@ -28,16 +44,56 @@ out = all_to_all(expert(all_to_all(buffer, group)), group)
 y = x.new_zeros(n, d).index_add(0, kept.nonzero().squeeze(1), out[rows])
 return y, int((~kept).sum())
 ''',
-    # only the forward's dispatch and combine counted: the backward's two all-to-alls forgotten
-    "25.2": '''
-cap = math.ceil(k * tokens * capacity_factor / num_experts)
-payload = 2 * moe_layers * num_experts * cap * d_model * element_size
-return payload, payload * (ep - 1) / ep
-''',
 }
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # the rows sent in token order with the per-expert counts as splits: the splits say how many rows go to each
+    # rank but not which, so tokens reach the wrong experts (the output fails; the bytes are right)
+    {"25.2": '''
+e = gate_weight.shape[0]
+p, choice = torch.softmax(x @ gate_weight.T, dim=-1).max(dim=-1)
+send = torch.bincount(choice, minlength=e)
+recv = torch.empty_like(send)
+comm.all_to_all(recv, send, group=group)
+rows = x.new_empty(int(recv.sum()), x.shape[1])
+comm.all_to_all(rows, x.contiguous(), recv.tolist(), send.tolist(), group=group)
+back = x.new_empty(x.shape)
+comm.all_to_all(back, expert(rows).contiguous(), send.tolist(), recv.tolist(), group=group)
+return back * p.unsqueeze(1)
+'''},
+    # fixed slots big enough never to drop (C = N): the right output, but no count exchange and E·N·d·4 bytes per
+    # call, E times the real rows (the collectives check fails)
+    {"25.2": '''
+n, d = x.shape
+e = gate_weight.shape[0]
+p, choice = torch.softmax(x @ gate_weight.T, dim=-1).max(dim=-1)
+onehot = torch.nn.functional.one_hot(choice, e)
+slot = ((onehot.cumsum(0) - 1) * onehot).sum(-1)
+rows = choice * n + slot
+buffer = x.new_zeros(e * n, d).index_copy(0, rows, x)
+arrived = torch.empty_like(buffer)
+comm.all_to_all(arrived, buffer, group=group)
+out = torch.empty_like(buffer)
+comm.all_to_all(out, expert(arrived), group=group)
+return out[rows] * p.unsqueeze(1)
+'''},
+    # the gate probability forgotten in the combine: each token gets its expert's row unweighted
+    {"25.2": '''
+e = gate_weight.shape[0]
+choice = (x @ gate_weight.T).argmax(dim=-1)
+order = torch.argsort(choice, stable=True)
+send = torch.bincount(choice, minlength=e)
+recv = torch.empty_like(send)
+comm.all_to_all(recv, send, group=group)
+rows = x.new_empty(int(recv.sum()), x.shape[1])
+comm.all_to_all(rows, x[order].contiguous(), recv.tolist(), send.tolist(), group=group)
+back = x.new_empty(x.shape)
+comm.all_to_all(back, expert(rows).contiguous(), send.tolist(), recv.tolist(), group=group)
+y = torch.empty_like(x)
+y[order] = back
+return y
+'''},
     # capacity ignored: every expert's chunk sized for all N tokens, none dropped; the tokens the reference drops
     # get an output, and each all-to-all sends E·N·d·4 bytes instead of E·C·d·4 (output, dropped and bytes fail)
     {"25.3": '''

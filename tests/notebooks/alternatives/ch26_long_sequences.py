@@ -1,34 +1,8 @@
 """Chapter 26: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # the quadratic solved in closed form, then snapped to the grid of multiples (a float result)
-    "26.2": '''
-import math
-
-def per_layer(s):
-    sbh = s * hidden
-    if recompute == "full":
-        return 2 * sbh / (tp if sp else 1)
-    scores = 5 * heads * s * s if recompute == "none" else 0
-    return (34 * sbh + scores) / tp if sp else 10 * sbh + (24 * sbh + scores) / tp
-
-# layers · (q·s² + l·s) ≤ budget, with q the score term and l the linear one per token
-if recompute == "full":
-    q, lin = 0.0, 2 * hidden / (tp if sp else 1)
-else:
-    q = 5 * heads / tp if recompute == "none" else 0.0
-    lin = 34 * hidden / tp if sp else 10 * hidden + 24 * hidden / tp
-c = budget_bytes / layers
-s_max = c / lin if q == 0 else (-lin + math.sqrt(lin * lin + 4 * q * c)) / (2 * q)
-s = float(multiple * math.floor(s_max / multiple))
-while s > 0 and layers * per_layer(s) > budget_bytes:    # float rounding at the edge
-    s -= multiple
-while layers * per_layer(s + multiple) <= budget_bytes:
-    s += multiple
-return s
-''',
     # the online softmax written out (running max, running sum, unnormalised accumulator); K and V sent apart
-    "26.3": '''
+    "26.1": '''
 import math
 cp, r = dist.get_world_size(group), dist.get_rank(group)
 ranks = dist.get_process_group_ranks(group)
@@ -59,16 +33,44 @@ for step in range(cp):
         k_cur, v_cur = k_next, v_next
 return (acc / l.unsqueeze(-1)).permute(2, 0, 1, 3)
 ''',
+    # the block backward written out (P = exp(S − lse), dS = P ∘ (dP − rowsum(dO ∘ O))); K, V, dK, dV sent apart
+    "26.2": '''
+import math
+cp, r = dist.get_world_size(group), dist.get_rank(group)
+ranks = dist.get_process_group_ranks(group)
+n = q.shape[0]
+mine = torch.tensor(zigzag_positions(n * cp, cp, r))
+scale = 1 / math.sqrt(q.shape[-1])
+qh, oh, doh = (t.permute(1, 2, 0, 3) for t in (q, out, dout))
+delta = (doh * oh).sum(-1, keepdim=True)
+k_cur, v_cur = k.permute(1, 2, 0, 3).contiguous(), v.permute(1, 2, 0, 3).contiguous()
+dk_acc, dv_acc, dq = torch.zeros_like(k_cur), torch.zeros_like(v_cur), torch.zeros_like(qh)
+
+def pass_on(*ts):
+    got = [torch.empty_like(t) for t in ts]
+    handles = ([comm.isend(t.contiguous(), ranks[(r + 1) % cp], group) for t in ts]
+               + [comm.irecv(g, ranks[(r - 1) % cp], group) for g in got])
+    for h in handles:
+        h.wait()
+    return got
+
+for step in range(cp):
+    theirs = torch.tensor(zigzag_positions(n * cp, cp, (r - step) % cp))
+    s = (qh @ k_cur.transpose(-1, -2) * scale).masked_fill(theirs[None, :] > mine[:, None], float("-inf"))
+    p = torch.exp(s - lse.unsqueeze(-1))
+    ds = p * (doh @ v_cur.transpose(-1, -2) - delta)
+    dq = dq + ds @ k_cur * scale
+    dk_acc, dv_acc = pass_on(dk_acc + ds.transpose(-1, -2) @ qh * scale, dv_acc + p.transpose(-1, -2) @ doh)
+    if step < cp - 1:
+        k_cur, v_cur = pass_on(k_cur, v_cur)
+return dq.permute(2, 0, 1, 3), dk_acc.permute(2, 0, 1, 3), dv_acc.permute(2, 0, 1, 3)
+''',
 }
 
 WRONG = {
-    # the linear part counted as the 24·sbh that tensor parallelism splits, the replicated 10·sbh left out
-    "26.1": '''
-return 24 * hidden / (5 * heads)
-''',
     # the all-to-all on the wrong dim: the (s/cp, b, cp, heads/cp, d) view sent as it is, so dim 0 (the tokens)
     # is split among the ranks instead of the head groups; shapes fit, values do not
-    "26.4": '''
+    "26.3": '''
 cp = dist.get_world_size(group)
 s_local, b, heads, d = q.shape
 if heads % cp:
@@ -86,9 +88,56 @@ return to_sequence(causal_attention(to_heads(q), to_heads(k), to_heads(v)))
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # each block's gradient kept where it was computed: a rank returns the sum of its own queries' shares of
+    # every block that passed by, not its own block's gradient from every rank's queries
+    {"26.2": '''
+cp, r = dist.get_world_size(group), dist.get_rank(group)
+ranks = dist.get_process_group_ranks(group)
+pos = [torch.tensor(zigzag_positions(q.shape[0] * cp, cp, j)) for j in range(cp)]
+qh, oh, doh = (t.permute(1, 2, 0, 3) for t in (q, out, dout))
+kv = torch.stack([k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)]).contiguous()
+dq, dkv = torch.zeros_like(qh), torch.zeros_like(kv)
+for step in range(cp):
+    owner = (r - step) % cp
+    dq_b, dk_b, dv_b = block_backward(qh, kv[0], kv[1], oh, lse, doh, pos[owner][None, :] <= pos[r][:, None])
+    dq += dq_b
+    dkv += torch.stack([dk_b, dv_b])
+    if step < cp - 1:
+        incoming = torch.empty_like(kv)
+        for h in (comm.isend(kv, ranks[(r + 1) % cp], group), comm.irecv(incoming, ranks[(r - 1) % cp], group)):
+            h.wait()
+        kv = incoming
+return tuple(t.permute(2, 0, 1, 3) for t in (dq, dkv[0], dkv[1]))
+'''},
+    # each block's softmax normalised on its own (its own log-sum-exp from block_forward) instead of the final
+    # lse: every block's probabilities sum to 1, so the gradients are wrong although the bytes are right
+    {"26.2": '''
+cp, r = dist.get_world_size(group), dist.get_rank(group)
+ranks = dist.get_process_group_ranks(group)
+pos = [torch.tensor(zigzag_positions(q.shape[0] * cp, cp, j)) for j in range(cp)]
+qh, doh = q.permute(1, 2, 0, 3), dout.permute(1, 2, 0, 3)
+kv = torch.stack([k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)]).contiguous()
+
+def shift(t):
+    incoming = torch.empty_like(t)
+    for h in (comm.isend(t, ranks[(r + 1) % cp], group), comm.irecv(incoming, ranks[(r - 1) % cp], group)):
+        h.wait()
+    return incoming
+
+dq, dkv = torch.zeros_like(qh), torch.zeros_like(kv)
+for step in range(cp):
+    mask = pos[(r - step) % cp][None, :] <= pos[r][:, None]
+    out_b, lse_b = block_forward(qh, kv[0], kv[1], mask)
+    dq_b, dk_b, dv_b = block_backward(qh, kv[0], kv[1], out_b, torch.nan_to_num(lse_b, neginf=0.0), doh, mask)
+    dq += dq_b
+    dkv = shift(dkv + torch.stack([dk_b, dv_b]))
+    if step < cp - 1:
+        kv = shift(kv)
+return tuple(t.permute(2, 0, 1, 3) for t in (dq, dkv[0], dkv[1]))
+'''},
     # no divisibility check: right on 4 heads, but 5 heads over cp ranks fail deep inside a reshape with a
     # RuntimeError about a shape, not a ValueError naming heads and cp (the refusal check fails it)
-    {"26.4": '''
+    {"26.3": '''
 cp = dist.get_world_size(group)
 s_local, b, heads, d = q.shape
 
