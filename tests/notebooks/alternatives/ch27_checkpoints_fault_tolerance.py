@@ -41,19 +41,19 @@ WRONG = {
     "27.1": '''
 return 12 * -(-sum(numels) // world)
 ''',
+}
+
+MORE_WRONG = [
     # DeepSpeed 0.19.8's order: straight into <tag>/, rank 0 writes `latest` without waiting for the others'
     # shards (the kill leaves `latest` on step3 with rank 1's shard torn)
-    "27.3": '''
+    {"27.3": '''
 os.makedirs(os.path.join(save_dir, tag), exist_ok=True)
 write(os.path.join(save_dir, tag, ch27.shard_name(rank)))
 if rank == 0:
     with open(os.path.join(save_dir, "latest"), "w") as f:
         f.write(tag)
 torch.distributed.barrier()
-''',
-}
-
-MORE_WRONG = [
+'''},
     # the barrier, but no hidden folder: `latest` stays on step2, and a torn step3 folder is visible
     {"27.3": '''
 os.makedirs(os.path.join(save_dir, tag), exist_ok=True)
