@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import tempfile
 import time
 
 import zero_ref
@@ -65,10 +66,12 @@ def inspect(save_dir: str, world: int) -> dict:
     return {"latest": latest, "complete": folders}
 
 
-def trial(save, save_dir: str, world: int = 2, victim: int = 1) -> dict:
-    """Saves step1 and step2 on ``world`` real ranks, then step3 with rank ``victim`` killed while writing its shard.
-    Returns what a reader finds after each part (``inspect``) and how the killed launch ended."""
-    os.makedirs(save_dir, exist_ok=True)
+def trial(save, root: str, world: int = 2, victim: int = 1) -> dict:
+    """Saves step1 and step2 on ``world`` real ranks, then step3 with rank ``victim`` killed while writing its shard,
+    into a new folder under ``root``. Returns what a reader finds after each part (``inspect``) and how the killed
+    launch ended."""
+    os.makedirs(root, exist_ok=True)
+    save_dir = tempfile.mkdtemp(prefix="trial-", dir=root)  # every trial starts from an empty folder
     zero_ref.launch(_saves, world, save, save_dir, ["step1", "step2"], None, timeout=120, echo=False)
     clean = inspect(save_dir, world)
     try:
