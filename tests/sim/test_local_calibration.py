@@ -58,6 +58,11 @@ def test_fit_on_zero1_predicts_two_other_configurations(measured):
             f"{name}: simulated {rows[name].predicted:.3f} s vs measured {rows[name].measured:.3f} s ({rows[name].error:+.1%})"
 
 
+def test_every_measured_step_is_kept(measured):
+    for step in measured["steps"].values():  # the 5 measured steps of each configuration (warm-up excluded)
+        assert len(step["cpu_steps"]) == 5 and all(t > 0 for t in step["cpu_steps"])
+
+
 def test_alpha_beta_predicts_held_out_sizes(measured):
     sweep = measured["sweep"]
     assert {s["bytes"] for s in sweep} == set(SWEEP_BYTES)

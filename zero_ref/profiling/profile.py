@@ -33,6 +33,7 @@ What each rank measures (all ranks at once, so they share the machine as they do
             is 110.7 ms).
   ``wall``  wall-clock seconds of the *fastest* step (``wall_median``: the median), which on a
             shared machine measures the scheduler as much as the step.
+  ``cpu_steps``  the CPU time of every measured step, in order (the spread of ``cpu``).
 
   Each view's numbers come from one step, so its phases and calls add up to its step.
 
@@ -268,7 +269,8 @@ def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, sweep_t
         median = sorted(rs, key=lambda row: row["cpu"]["step"])[len(rs) // 2]
         out[name] = {**asdict(spec), "world_size": world, "seq_len": cfg.seq_len, "steps": len(rs),
                      "wall": _view(fastest, "wall"), "cpu": _view(median, "cpu"),
-                     "wall_median": statistics.median(row["wall"]["step"] for row in rs)}
+                     "wall_median": statistics.median(row["wall"]["step"] for row in rs),
+                     "cpu_steps": [row["cpu"]["step"] for row in rs]}  # every measured step: the run-to-run spread
     return {"machine": machine, "sweep": sweep, "steps": out}
 
 
@@ -296,7 +298,8 @@ def measure(specs: dict, world_size: int, *, model: dict | None = None, steps: i
     steps_out = {}
     for name, row in ranks[0]["steps"].items():
         per = [r["steps"][name] for r in ranks]
-        merged = {**row, "wall_median": _mean([p["wall_median"] for p in per])}
+        merged = {**row, "wall_median": _mean([p["wall_median"] for p in per]),
+                  "cpu_steps": [_mean(step) for step in zip(*(p["cpu_steps"] for p in per))]}
         for clock in ("wall", "cpu"):
             view = dict(row[clock])
             for k in ("step", "forward", "backward", "optimizer"):
