@@ -32,7 +32,7 @@ return answer
 
 WRONG = {
     # Narayanan's way of estimating, used to decide: 6ΨT at an assumed 140 TFLOP/s per GPU, not the
-    # simulated step of each cluster's plan (it asks for 128 nodes where 96 meet the deadline)
+    # simulated step of each cluster's plan (it asks for 128 nodes where 64 meet the deadline)
     "23.2": '''
 for nodes in sorted(node_counts):
     days = 6 * GPT3.num_params * tokens / (nodes * 8 * 140e12) / 86400
