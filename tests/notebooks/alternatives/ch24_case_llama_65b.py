@@ -1,24 +1,73 @@
 """Chapter 24: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
+# Task 24.2 uses Task 24.1's function: a release that grades a 24.2 answer also answers 24.1 (correctly).
+_PEAK = '''
+states = model_state_bytes(model.num_params, zero_stage=plan.zero_stage, dp=plan.dp, tp=plan.tp, pp=plan.pp,
+                           precision="bf16").total
+layers_held = min(plan.pp, plan.num_microbatches) * (model.layers // plan.pp)
+kept = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel,
+                              recompute=plan.recompute, attention=plan.attention)
+everything = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel,
+                                    recompute="none", attention=plan.attention)
+return states + layers_held * kept.total + (everything.total - kept.total)
+'''
+
 RIGHT = {
-    # from the largest candidate down, stop at the first that fits; a list instead of a tuple
+    # the model states from zero_ref.memory instead of written out
+    "24.1": _PEAK,
+    # from the largest candidate down, the first that fits
     "24.2": '''
-for mbs in sorted(candidates, reverse=True):
-    plan = sim.Plan(zero_stage=1, tp=8, pp=8, dp=4, micro_batch_size=mbs, num_microbatches=2048 // (4 * mbs),
-                    recompute="selective", sequence_parallel=True, precision="bf16", attention="flash")
-    r = sim.simulate(model, cluster, plan, COSTS, granularity=search.granularity_for(model, plan))
-    if r.peak_gpu_bytes <= limit:
-        return [mbs, r.step_time]
-return None
+out = {}
+for recompute in ("none", "selective", "full"):
+    for mbs in sorted(CANDIDATES, reverse=True):
+        p = frame(micro_batch_size=mbs, num_microbatches=2048 // (4 * mbs), recompute=recompute,
+                  sequence_parallel=recompute != "none")
+        if stage0_peak_bytes(LLAMA, p) <= limit:
+            out[recompute] = mbs
+            break
+return out
 ''',
 }
 
-WRONG = {
+MORE_WRONG = [
     # the seed's slip: the optimizer states divided by TP and DP, the pipeline split forgotten
-    "24.1": '''
-local = psi / (tp * pp)
-return {"params": 2 * local / (dp if zero_stage >= 3 else 1),
-        "grads": 2 * local / (dp if zero_stage >= 2 else 1),
-        "optimizer": 12 * psi / tp / (dp if zero_stage >= 1 else 1)}
-''',
-}
+    {"24.1": '''
+local = model.num_params / (plan.tp * plan.pp)
+d, z = plan.dp, plan.zero_stage
+states = local * (2 + 2 / (d if z >= 2 else 1)) + 12 * model.num_params / plan.tp / (d if z >= 1 else 1)
+kept = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel, recompute=plan.recompute,
+                              attention=plan.attention).total
+none = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel, recompute="none",
+                              attention=plan.attention).total
+return states + min(plan.pp, plan.num_microbatches) * (model.layers // plan.pp) * kept + none - kept
+'''},
+    # the gradients left out (the seed's 910 GB)
+    {"24.1": '''
+local = model.num_params / (plan.tp * plan.pp)
+states = local * (2 + 12 / (plan.dp if plan.zero_stage >= 1 else 1))
+kept = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel, recompute=plan.recompute,
+                              attention=plan.attention).total
+none = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel, recompute="none",
+                              attention=plan.attention).total
+return states + min(plan.pp, plan.num_microbatches) * (model.layers // plan.pp) * kept + none - kept
+'''},
+    # p micro-batches in flight even when the step has fewer
+    {"24.1": _PEAK.replace("min(plan.pp, plan.num_microbatches)", "plan.pp")},
+    # one micro-batch in flight, as if the pipeline held no more than a plain forward does
+    {"24.1": _PEAK.replace("min(plan.pp, plan.num_microbatches)", "1")},
+    # full recomputation's rebuilt layer forgotten
+    {"24.1": _PEAK.replace("(everything.total - kept.total)", "0")},
+    # the smallest candidate that fits, not the largest (the count written inline: Task 24.1 is a stub here)
+    {"24.2": "def peak(plan):\n    model = LLAMA" + _PEAK.replace("\n", "\n    ").rstrip() + '''
+return {rc: min(mbs for mbs in CANDIDATES
+                if peak(frame(micro_batch_size=mbs, num_microbatches=2048 // (4 * mbs),
+                              recompute=rc, sequence_parallel=rc != "none")) <= limit)
+        for rc in ("none", "selective", "full")}
+'''},
+    # the seed's own conclusion: "the model states fit, so the plan fits" (activations left out)
+    {"24.2": '''
+return {recompute: max(mbs for mbs in CANDIDATES
+                       if model_state_bytes(LLAMA.num_params, zero_stage=1, dp=4, tp=8, pp=8).total <= limit)
+        for recompute in ("none", "selective", "full")}
+'''},
+]
