@@ -52,3 +52,34 @@ def test_either_engine_lab_gives_deepspeeds_losses():
     ours, theirs = results["zero_ref"], results["deepspeed"]
     assert ours["train_batch_size"] == theirs["train_batch_size"] == 8 and len(ours["losses"]) == 2
     assert ours["losses"] == pytest.approx(theirs["losses"], rel=1e-6)
+
+
+def _three_d_lab_twice(rank, world):
+    """The lab with ThreeD's step, then with a step whose replicas all train on replica 0's rows."""
+    import torch
+
+    from course.labs import three_d as lab
+    from zero_ref import comm
+
+    def replica_zero_rows(trainer, idx, targets):
+        n = idx.shape[0] // trainer.topology.dp
+        mine = list(zip(idx[:n].chunk(trainer.microbatches), targets[:n].chunk(trainer.microbatches)))
+        stats = trainer.pipeline.train_step(mine, optimizer=trainer.optimizer)
+        trainer.optimizer.step()
+        loss = torch.tensor([stats.loss / trainer.topology.dp if stats.loss is not None and trainer.t == 0 else 0.0],
+                            dtype=torch.float64)
+        comm.all_reduce(loss)
+        return stats, loss.item()
+
+    return [lab.run(rank, world, steps=3, check=True, step=step) for step in (None, replica_zero_rows)]
+
+
+@pytest.mark.slow
+def test_the_three_d_labs_check_tells_a_wrong_step_from_a_right_one():
+    """verdict passes the lab's own step and fails a step that feeds every replica the same rows."""
+    import zero_ref
+    from course.labs import three_d as lab
+    right, wrong = zero_ref.launch(_three_d_lab_twice, 8, timeout=600)[0]
+    assert lab.verdict(right["loss"], right["reference_loss"], right["max_param_diff"]) == "OK"
+    assert lab.verdict(wrong["loss"], wrong["reference_loss"], wrong["max_param_diff"]) == "MISMATCH"
+    assert max(abs(a - b) for a, b in zip(wrong["loss"][1:], wrong["reference_loss"][1:])) > 100 * lab.LOSS_TOL

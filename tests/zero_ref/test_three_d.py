@@ -106,13 +106,27 @@ def _fake_groups(tp=2, pp=2, dp=2):
 def test_zero_2_and_3_with_pipeline_are_refused_with_the_reason(stage):
     from zero_ref.recipes.three_d import ThreeD
     with pytest.raises(ValueError, match=rf"ZeRO stage {stage} cannot be combined with pipeline parallelism.*"
-                                         r"m times the data-parallel traffic"):
+                                         r"\(m\+1\)/2 times ZeRO-1's data-parallel bytes"):
         ThreeD(build(TIED), _fake_groups(), microbatches=2, zero_stage=stage)
     # The pipeline itself refuses such an optimizer before sending anything.
     pipe = Pipeline(split_gpt(build(TIED), 1), 0, [0], microbatches=2)
     batch = list(zip(*(t.chunk(2) for t in make_batch(TIED, 4))))
     with pytest.raises(ValueError, match="cannot be combined with pipeline parallelism"):
         pipe.train_step(batch, optimizer=types.SimpleNamespace(stage=stage, gas=1))
+
+
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_the_refusals_traffic_factors_are_the_byte_counts(m):
+    """ZERO_WITH_PP's (m+1)/2 is m ring reduce-scatters + one all-gather against one of each; its (2m+1)/3 is
+    zero_ref.volume's DeepSpeed 0.19.8 count (bucket all-reduces in every micro-batch's backward)."""
+    from zero_ref import comm, volume
+    from zero_ref.parallel.pipeline import ZERO_WITH_PP
+    assert "(m+1)/2" in ZERO_WITH_PP and "(2m+1)/3" in ZERO_WITH_PP
+    n, S = 4, 1000.0
+    rs, ag = comm.ring_wire_bytes("reduce_scatter", S, n), comm.ring_wire_bytes("all_gather", S, n)
+    assert (m * rs + ag) / (rs + ag) == pytest.approx((m + 1) / 2, rel=1e-12)
+    ds = {s: volume.dp_bytes_per_step(1e9, zero_stage=s, dp=n, micro_steps=m) for s in (1, 2)}
+    assert ds[2] / ds[1] == pytest.approx((2 * m + 1) / 3, rel=1e-12)
 
 
 def test_bad_3d_settings_are_clear_errors():

@@ -35,3 +35,11 @@ if num_stages > 1 and stage in (0, num_stages - 1):
         comm.send(grad, ranks[0])
     grad += theirs
 '''
+
+# More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
+MORE_WRONG = [
+    # ZeRO-1 halves the moments whatever dp is (right at dp = 2 only)
+    {"21.2": '''
+return {"params": 4 * padded, "grads": 4 * padded, "optimizer": 4 * padded if zero_stage else 8 * padded}
+'''},
+]

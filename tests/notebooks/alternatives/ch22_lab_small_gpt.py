@@ -1,6 +1,19 @@
 """Chapter 22: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
+    # rows dealt round-robin to the replicas; every tensor-parallel rank of the last stage adds its share
+    "22.2": '''
+dp, tp = parts.topology.dp, parts.topology.tp
+rows = torch.arange(parts.d, idx.shape[0], dp)
+stats = parts.pipeline.train_step(list(zip(idx[rows].chunk(parts.microbatches), targets[rows].chunk(parts.microbatches))),
+                                  optimizer=parts.optimizer)
+parts.optimizer.step()
+share = torch.zeros(1, dtype=torch.float64)
+if stats.loss is not None:
+    share += stats.loss / (dp * tp)
+comm.all_reduce(share)
+return stats, float(share)
+''',
     # one expression, in float bytes: the activations forward, their gradients back, the tied embedding twice
     "22.1": '''
 act = 4.0 * micro * seq * hidden
@@ -44,16 +57,6 @@ def predict_sends(tp, pp, dp, stage, cfg, global_batch, m):
 ''',
 }
 
-WRONG = {
-    # micro-batches dealt round-robin over the replicas instead of one contiguous slice per replica
-    "22.2": '''
-if global_batch % (dp * m):
-    raise ValueError(f"{global_batch} does not divide into {dp} × {m}")
-micro = global_batch // (dp * m)
-return [[((i * dp + d) * micro, (i * dp + d + 1) * micro) for i in range(m)] for d in range(dp)]
-''',
-}
-
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
     # the simulator's even split: every rank holds Ψ / (tp × pp) parameters (no replicated LayerNorms, biases,
@@ -76,5 +79,25 @@ def predict_sends(tp, pp, dp, stage, cfg, global_batch, m):
     padded = -(-(psi // (tp * pp)) // dp) * dp
     dp_bytes = 2 * (dp - 1) / dp * (padded * 4 + 16)
     return {"tp": tp_bytes, "pp": pp_bytes, "dp": dp_bytes}
+'''},
+    # the replica's loss added by both tensor-parallel ranks of the last stage: twice the global loss
+    {"22.2": '''
+dp, m = parts.topology.dp, parts.microbatches
+n = idx.shape[0] // dp
+mine = slice(parts.d * n, (parts.d + 1) * n)
+stats = parts.pipeline.train_step(list(zip(idx[mine].chunk(m), targets[mine].chunk(m))), optimizer=parts.optimizer)
+parts.optimizer.step()
+loss = torch.tensor([stats.loss / dp if stats.loss is not None else 0.0], dtype=torch.float64)
+comm.all_reduce(loss)
+return stats, loss.item()
+'''},
+    # every replica trains on the whole batch: the same gradient and loss, at dp times the work (and the sends)
+    {"22.2": '''
+m = parts.microbatches
+stats = parts.pipeline.train_step(list(zip(idx.chunk(m), targets.chunk(m))), optimizer=parts.optimizer)
+parts.optimizer.step()
+loss = torch.tensor([stats.loss / parts.topology.dp if stats.loss is not None and parts.t == 0 else 0.0])
+comm.all_reduce(loss)
+return stats, loss.item()
 '''},
 ]
