@@ -1,15 +1,8 @@
 """Chapter 7: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # math.ceil, the bytes per element as one sum, a list instead of a tuple
-    "7.2": '''
-import math
-shard = math.ceil(num_params / world_size)
-element = 4 if precision == "fp32" else 2
-return [(12 + 2 * element * offload_param) * shard, (12 + element * offload_param) * shard]
-''',
     # tiles fetched inside the expression that uses them, an output buffer filled in place, backward by columns
-    "7.3": '''
+    "7.2": '''
 class _Tiles(torch.autograd.Function):
     @staticmethod
     def forward(ctx, inp):
@@ -59,7 +52,7 @@ return out
 MORE_WRONG = [
     # the tiles fetched in forward kept in ctx for backward: the right values, one fetch per tile in all, but the
     # whole weight stays alive from forward to backward (the "alive after forward" check fails it)
-    {"7.3": '''
+    {"7.2": '''
 class Tiled(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -92,7 +85,7 @@ return Tiled.apply(x) + store.bias
 '''},
     # no del: the name w still holds the previous tile while the next one is fetched, so two tiles are alive at
     # once (the peak check fails it)
-    {"7.3": '''
+    {"7.2": '''
 class Tiled(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
