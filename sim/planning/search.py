@@ -13,10 +13,10 @@ Three steps.
    cp splits long sequences (``Space.cp``: ring attention where the sequence splits into 2·cp
    zig-zag chunks, Ulysses where the heads per TP rank divide by cp), dp = world / (tp·cp·pp);
    ZeRO stage 0–3; a micro-batch size, with the accumulation steps
-   (= pipeline micro-batches) that reach the global batch; 1F1B or interleaved (v chunks per
-   stage); recomputation none / selective / full; sequence parallelism; offload options. By
-   default only what DeepSpeed 0.19.8 runs, with its collectives: ZeRO-2 and ZeRO-3 only without
-   pipeline parallelism. ``Space.framework`` 'megatron' plans Megatron-Core's (stages 0–1, its
+   (= pipeline micro-batches) that reach the global batch; 1F1B, or interleaved (v chunks per
+   stage) where the framework has it; recomputation none / selective / full; sequence parallelism;
+   offload options. By default only what DeepSpeed 0.19.8 runs, with its collectives: 1F1B only,
+   ZeRO-2 and ZeRO-3 only without pipeline parallelism. ``Space.framework`` 'megatron' plans Megatron-Core's (stages 0–1, its
    distributed optimizer with overlap_param_gather), 'fsdp2' torch's fully_shard (stage 3 with any pp, reshard after
    forward or not), 'any' DeepSpeed's collectives with every stage and pp (sim.step.frameworks).
 2. Prune with the static memory model (sim.planning.bounds.memory_lower_bound: model states + the
@@ -60,7 +60,10 @@ class Space:
     pp: tuple[int, ...] | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
-    schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    # Pipeline schedules; None: the framework's. DeepSpeed 0.19.8's PipelineEngine._train_schedule
+    # (deepspeed/runtime/pipe/engine.py) always builds schedule.TrainSchedule, 1F1B with one chunk per
+    # stage; Megatron-Core and torch.distributed.pipelining also interleave (v chunks per stage).
+    schedules: tuple[str, ...] | None = None
     virtual: tuple[int, ...] = (2, 3, 4)
     recompute: tuple[str, ...] = ("none", "selective", "full")
     sequence_parallel: tuple[bool, ...] = (False, True)  # True: where tp > 1
@@ -105,6 +108,13 @@ class Space:
         """The cp kinds to search."""
         return self.cp_kinds or {"deepspeed": ("ulysses",), "megatron": ("ring",), "fsdp2": ("ring",)}.get(
             self.framework, CP_KINDS)
+
+    @property
+    def pipeline_schedules(self) -> tuple[str, ...]:
+        """The schedules to search."""
+        if self.schedules is not None:
+            return self.schedules
+        return ("1f1b",) if self.framework == "deepspeed" else ("1f1b", "interleaved")
 
     @property
     def zero_with_pp(self) -> int:
@@ -270,10 +280,11 @@ def _plans_of(model, space, world, tp, cp, kind, pp, global_batch, precision) ->
             if global_batch % (dp * mbs):
                 continue
             m = global_batch // (dp * mbs)
-            schedules = [("1f1b", 1)] if "1f1b" in space.schedules or pp == 1 else []
-            if "interleaved" in space.schedules and pp > 1 and m % pp == 0:
+            names = space.pipeline_schedules
+            schedules = [("1f1b", 1)] if "1f1b" in names or pp == 1 else []
+            if "interleaved" in names and pp > 1 and m % pp == 0:
                 schedules += [("interleaved", v) for v in space.virtual if model.layers % (pp * v) == 0]
-            if "zb-h1" in space.schedules and pp > 1:  # opt-in: Space(schedules=("1f1b", "zb-h1"))
+            if "zb-h1" in names and pp > 1:  # opt-in: Space(schedules=("1f1b", "zb-h1"))
                 schedules.append(("zb-h1", 1))
             sps = sorted({sp and tp > 1 for sp in space.sequence_parallel})  # SP needs a TP group
             for (schedule, v), zero, rc, sp, (off_opt, off_par) in itertools.product(

@@ -14,7 +14,8 @@ MODEL = sim.Model.preset("gpt3-1.3b")  # 24 layers, 16 heads (the bounds' proper
 COSTS = calibrate.calibrate()
 # The brute-force case: 6.7B does not fit on 8 × 40 GB without splitting something (16Ψ = 107 GB).
 BIG, CLUSTER, BATCH = sim.Model.preset("gpt3-6.7b"), sim.Cluster.preset("A100-40GB", nodes=1), 8
-SMALL = search.Space(micro_batch_sizes=(1, 2), recompute=("none", "full"), virtual=(2,), sequence_parallel=(True,),
+SMALL = search.Space(micro_batch_sizes=(1, 2), recompute=("none", "full"), schedules=("1f1b", "interleaved"), virtual=(2,),
+                     sequence_parallel=(True,),
                      offload=(("none", "none"), ("cpu", "none")))
 
 
@@ -239,6 +240,10 @@ def test_each_framework_enumerates_what_it_runs():
     model = sim.Model.preset("llama-13b")
     megatron = search.enumerate_plans(model, cluster, 64, search.Space(framework="megatron"))
     assert {p.zero_stage for p in megatron} == {0, 1} and {p.framework for p in megatron} == {"megatron"}
+    assert {p.schedule for p in megatron if p.pp > 1} == {"1f1b", "interleaved"}
+    # DeepSpeed 0.19.8's PipelineEngine._train_schedule builds TrainSchedule (1F1B) and nothing else
+    deepspeed = search.enumerate_plans(model, cluster, 64, search.Space())
+    assert {p.schedule for p in deepspeed if p.pp > 1} == {"1f1b"} and max(p.zero_stage for p in deepspeed if p.pp > 1) == 1
     assert {(p.offload_optimizer, p.offload_param) for p in megatron} == {("none", "none")}
     fsdp = search.enumerate_plans(model, cluster, 64, search.Space(framework="fsdp2"))
     assert {p.zero_stage for p in fsdp} == {3} and {p.framework for p in fsdp} == {"fsdp2"}
