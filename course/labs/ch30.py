@@ -20,6 +20,7 @@ from zero_ref.parallel.groups import build_groups
 from zero_ref.parallel.topology import Topology
 from zero_ref.recipes.three_d import ThreeD
 
+CFG = lab.CFG  # chapter 22's GPT
 GLOBAL_BATCH, MICROBATCHES = 16, 4  # sequences per step, and per data-parallel rank the pipeline's micro-batches
 AXES = ("tp", "pp", "dp")
 
