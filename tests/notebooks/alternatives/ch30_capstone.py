@@ -89,29 +89,6 @@ per_gpu = {t: tiers[t].total / (plan.tp * plan.pp) for t in ("cpu", "nvme")}
 return {"gpu": r.peak_gpu_bytes <= memory_fraction * cluster.gpu.hbm_bytes,
         "cpu": per_gpu["cpu"] <= cluster.cpu_bytes, "nvme": per_gpu["nvme"] <= cluster.nvme_bytes}
 ''',
-    # the search's pick launched as it is (the one-line answer): it leaves less than the headroom free
-    "30.3": '''
-plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
-pick = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan
-rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_param)
-               == (1, 1, z, "none", "none")) for z in (1, 2, 3)]
-return {"launch": pick, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (rivals[2], "time")]}
-''',
-    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient)
-    "30.4": '''
-tp, pp, dp = layout.tp, layout.pp, layout.dp
-V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
-micro = global_batch // (dp * m)
-act = micro * T * d * 4
-first, last, blocks = stage == 0, stage == pp - 1, L // pp
-per_micro = (4 * blocks + first + last) * act + last * 3 * micro * T * 4
-sends = {"tp": m * per_micro * 2 * (tp - 1) / tp, "pp": m * act * ((not last) + (not first)) if pp > 1 else 0.0}
-block = (3 * d * d + 3 * d + d * d + 4 * d * d + 4 * d + 4 * d * d) // tp + d + d + 4 * d
-local = blocks * block + first * (V // tp * d + T * d) + last * 2 * d + (last and pp > 1) * V // tp * d
-padded = -(-local // dp) * dp
-sends["dp"] = 2 * (dp - 1) / dp * (padded * 4 + 16)
-return {"sends": sends, "memory": {"params": 4 * local, "grads": 4 * local, "optimizer": 8 * padded // dp}}
-''',
 }
 
 # Task 30.4's reference with one line changed: the data-parallel bytes and Adam's moments
@@ -132,14 +109,9 @@ sends["dp"] = DP_BYTES
 return {"sends": sends, "memory": {"params": 4 * local, "grads": 4 * local, "optimizer": MOMENTS}}
 '''
 
-
-def _trial(dp_bytes: str, moments: str) -> str:
-    return _TRIAL.replace("DP_BYTES", dp_bytes).replace("MOMENTS", moments)
-
-
-MORE_WRONG = [
-    # the rules judged against the whole HBM, not its usable share: ZeRO-2 at dp 16 then seems to fit
-    {"30.3": '''
+# Task 30.3 with the rules judged against the whole HBM: a valid launch (Task 30.4 then runs its layout), wrong
+# reasons
+_HBM_RULES = '''
 hbm = cluster.gpu.hbm_bytes
 safe = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1,
                      memory_fraction=BRIEF["memory_fraction"] * (1 - BRIEF["headroom"])).best
@@ -159,7 +131,39 @@ rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.micro_batch_size
                and p.offload_optimizer == p.offload_param == "none") for z in (1, 2, 3)]
 rivals.append(search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan)
 return {"launch": safe.plan, "ruled_out": [(p, rule(p)) for p in rivals]}
+'''
+
+
+def _trial(dp_bytes: str, moments: str) -> str:
+    return _TRIAL.replace("DP_BYTES", dp_bytes).replace("MOMENTS", moments)
+
+
+MORE_WRONG = [
+    # the search's pick launched as it is (the one-line answer): it leaves less than the headroom free
+    {"30.3": '''
+plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
+pick = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan
+rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_param)
+               == (1, 1, z, "none", "none")) for z in (1, 2, 3)]
+return {"launch": pick, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (rivals[2], "time")]}
 '''},
+    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient)
+    {"30.3": _HBM_RULES, "30.4": '''
+tp, pp, dp = layout.tp, layout.pp, layout.dp
+V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
+micro = global_batch // (dp * m)
+act = micro * T * d * 4
+first, last, blocks = stage == 0, stage == pp - 1, L // pp
+per_micro = (4 * blocks + first + last) * act + last * 3 * micro * T * 4
+sends = {"tp": m * per_micro * 2 * (tp - 1) / tp, "pp": m * act * ((not last) + (not first)) if pp > 1 else 0.0}
+block = (3 * d * d + 3 * d + d * d + 4 * d * d + 4 * d + 4 * d * d) // tp + d + d + 4 * d
+local = blocks * block + first * (V // tp * d + T * d) + last * 2 * d + (last and pp > 1) * V // tp * d
+padded = -(-local // dp) * dp
+sends["dp"] = 2 * (dp - 1) / dp * (padded * 4 + 16)
+return {"sends": sends, "memory": {"params": 4 * local, "grads": 4 * local, "optimizer": 8 * padded // dp}}
+'''},
+    # the rules judged against the whole HBM, not its usable share: ZeRO-2 at dp 16 then seems to fit
+    {"30.3": _HBM_RULES},
     # no ZeRO-3 rival: the plan that fits without tensor or pipeline parallelism is left out of the decision
     {"30.3": '''
 plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
@@ -171,7 +175,7 @@ rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimize
 return {"launch": launch, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (pick, "headroom")]}
 '''},
     # ZeRO-1's Adam moments kept whole, as in plain data parallelism
-    {"30.4": _trial("2 * (dp - 1) / dp * (padded * 4 + 16)", "8 * local")},
+    {"30.3": _HBM_RULES, "30.4": _trial("2 * (dp - 1) / dp * (padded * 4 + 16)", "8 * local")},
     # the data-parallel bytes of the unpadded buffer, without the gradient norm's two float64
-    {"30.4": _trial("2 * (dp - 1) / dp * local * 4", "8 * padded // dp")},
+    {"30.3": _HBM_RULES, "30.4": _trial("2 * (dp - 1) / dp * local * 4", "8 * padded // dp")},
 ]
