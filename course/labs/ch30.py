@@ -95,3 +95,44 @@ def simulated(layout: Layout, costs) -> list[dict]:
     memory = {"params": states["param"], "grads": states["grad"], "optimizer": states["optim"]}
     return [dict(sends={a: sum(traffic.bytes_sent(run.graph, plan, axes=(a,), stage=s).values()) for a in AXES},
                  memory=memory) for s in range(layout.pp)]
+
+
+def plot_plans(result, best, run, limit: float, hbm: float, budget: dict, deadline: float):
+    """Three panels: the searched plans (step time against peak memory, by ZeRO stage and offload) with the usable
+    limit and the chosen plan; the chosen plan's GPU memory over one step (``run``, a SimResult); the days to the
+    token budget for each (GPU, count) of ``budget`` ({(gpu, n): (row, days)}) against the deadline."""
+    import matplotlib.pyplot as plt
+    from sim.views.render import memory_stack
+    from zero_ref.memory import GiB
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"width_ratios": [1, 1.3, 1]})
+    ax = axes[0]
+    simulated = [row for row in result.rows if row.step_time is not None]   # the others: pruned or skipped by a bound
+    names = {"none": "", "cpu": " + offload to CPU", "nvme": " + offload to NVMe"}
+    for z in sorted({row.plan.zero_stage for row in simulated}):
+        for offload, marker in (("none", "o"), ("cpu", "^"), ("nvme", "s")):
+            rs = [row for row in simulated if row.plan.zero_stage == z and row.plan.offload_optimizer == offload]
+            if rs:
+                ax.scatter([row.peak_bytes / GiB for row in rs], [row.step_time for row in rs], s=28, color=f"C{z}",
+                           marker=marker, label=f"ZeRO-{z}{names[offload]}")
+    ax.scatter([best.peak_bytes / GiB], [best.step_time], s=200, marker="*", color="gold", edgecolor="black",
+               zorder=3, label="chosen")
+    ax.axvline(result.memory_limit / GiB, color="grey", ls="--", lw=1, label="usable limit (90 % of HBM)")
+    ax.set(xlabel="peak GPU memory (GiB)", ylabel="simulated step time (s)")
+    ax.set_title("the searched plans", fontsize=10)
+    ax.legend(fontsize=7, loc="center left")
+    memory_stack(run, ax=axes[1], legend="short")
+    axes[1].axhline(limit / GiB, color="grey", lw=1, ls="--", label="usable limit")
+    axes[1].set_ylim(0, hbm / GiB)
+    axes[1].set_title("the chosen plan: GPU memory over one step", fontsize=10)
+    axes[1].legend(fontsize=7, loc="upper right", ncol=3)
+    ax, counts = axes[2], sorted({n for _, n in budget})
+    for k, gpu in enumerate(dict.fromkeys(g for g, _ in budget)):
+        ax.bar([i + 0.4 * k for i in range(len(counts))], [budget[gpu, n][1] for n in counts], width=0.4, label=gpu)
+    ax.set_xticks([i + 0.2 for i in range(len(counts))], [f"{n} GPUs" if i == 0 else str(n) for i, n in enumerate(counts)])
+    ax.axhline(deadline, color="red", ls="--", lw=1, label="deadline")
+    ax.set_ylabel("days to 20 B tokens")
+    ax.set_title("the budget", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
