@@ -47,7 +47,7 @@ def scaled_layout(plan) -> Layout:
     engine's, checked in step 3 and in chapters 4 and 5."""
     tp, pp, dp = (2 if n > 1 else 1 for n in (plan.tp, plan.pp, plan.dp))
     stage = min(plan.zero_stage, 1)
-    note = (f"tp {plan.tp} → {tp}, pp {plan.pp} → {pp}, dp {plan.dp} → {dp}; ZeRO-{stage}")
+    note = f"tp {plan.tp} → {tp}, pp {plan.pp} → {pp}, dp {plan.dp} → {dp}; ZeRO-{stage}"
     if plan.zero_stage > 1:
         note += (f" in place of the plan's ZeRO-{plan.zero_stage}: ThreeD runs ZeRO-0/1 over dp with tensor and "
                  f"pipeline parallelism; ZeRO-{plan.zero_stage}'s own bytes are the engine's (step 3, chapters 4–5)")
