@@ -20,17 +20,62 @@ config.update({"fp16": {"enabled": True}} if plan.precision == "fp16"
               else {"bf16": {"enabled": True}} if plan.precision == "bf16" else {})
 return config
 ''',
-    # the error as a difference over the measurement; the verdict from a chained comparison
+    # the fastest plan that keeps the headroom (a search at the reduced fraction); the rules written as "free
+    # memory below the headroom"; the rivals: the first enumerated pure data-parallel plan of each stage, and the
+    # search's pick without headroom
     "30.3": '''
-error = (predicted - measured) / measured
-return error, -tolerance < error < tolerance
+usable = BRIEF["memory_fraction"] * cluster.gpu.hbm_bytes
+safe = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1,
+                     memory_fraction=BRIEF["memory_fraction"] * (1 - BRIEF["headroom"])).best
+
+
+def first_rule(plan):
+    r = sim.simulate(model, cluster, plan, COSTS, granularity=search.granularity_for(model, plan))
+    tiers = memory_lower_bound(model, plan)
+    caps = {"cpu": cluster.cpu_bytes, "nvme": cluster.nvme_bytes}
+    if r.peak_gpu_bytes > usable or any(tiers[t] * cluster.gpus_per_node > caps[t] for t in caps):
+        return "memory"
+    if usable - r.peak_gpu_bytes < BRIEF["headroom"] * usable:
+        return "headroom"
+    if r.step_time / safe.step_time - 1 > BRIEF["margin"]:
+        return "time"
+    return None
+
+
+plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
+rivals = [next(p for p in plans if p.tp == 1 and p.pp == 1 and p.zero_stage == z and p.offload_optimizer == "none"
+               and p.offload_param == "none") for z in (1, 2, 3)]
+rivals.append(search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan)
+return dict(launch=safe.plan, ruled_out=[(p, first_rule(p)) for p in rivals])
 ''',
-    # a plan written out by hand: no tensor parallelism, ZeRO-1 over four pipeline stages (DeepSpeed allows
-    # ZeRO-1 with a pipeline), the most micro-batches to shrink the bubble
+    # the stage's tensors listed one by one (elements, split by tp or not); the bytes summed per axis
     "30.4": '''
-gpus = cluster.world_size
-return sim.Plan(zero_stage=1, tp=1, pp=4, dp=gpus // 4, micro_batch_size=1,
-                num_microbatches=global_batch // (gpus // 4), precision="bf16", attention=BRIEF["attention"])
+tp, pp, dp, z = layout.tp, layout.pp, layout.dp, layout.zero_stage
+V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
+first, last = stage == 0, stage == pp - 1
+b = global_batch // (dp * m)
+hidden = 4 * b * T * d
+# one block: qkv, proj, fc1, fc2 and their biases, two LayerNorms (weight and bias)
+block = [(3 * d * d, True), (3 * d, True), (d * d, True), (d, False), (4 * d * d, True), (4 * d, True),
+         (4 * d * d, True), (d, False), (2 * d, False), (2 * d, False)]
+tensors = block * (L // pp)
+if first:
+    tensors += [(V * d, True), (T * d, False)]
+if last:
+    tensors += [(2 * d, False)] + ([(V * d, True)] if pp > 1 else [])
+n = sum(k // tp if split else k for k, split in tensors)
+all_reduced = m * ((4 * (L // pp) + int(first) + int(last)) * hidden + (3 * b * T * 4 if last else 0))
+tp_bytes = all_reduced * (tp - 1) / tp * 2
+pp_bytes = 0.0
+if pp > 1:
+    pp_bytes = 32 + m * hidden * (int(not first) + int(not last)) + V // tp * d * 4 * int(first or last)
+if z == 0:
+    dp_bytes, moments = 8 * n * (dp - 1) / dp, 8 * n
+else:
+    shard = (n + dp - 1) // dp
+    dp_bytes, moments = (dp - 1) / dp * 2 * (4 * shard * dp + 16), 8 * shard
+return {"sends": {"tp": tp_bytes, "pp": pp_bytes, "dp": dp_bytes},
+        "memory": {"params": 4 * n, "grads": 4 * n, "optimizer": moments}}
 ''',
 }
 
@@ -44,16 +89,93 @@ per_gpu = {t: tiers[t].total / (plan.tp * plan.pp) for t in ("cpu", "nvme")}
 return {"gpu": r.peak_gpu_bytes <= memory_fraction * cluster.gpu.hbm_bytes,
         "cpu": per_gpu["cpu"] <= cluster.cpu_bytes, "nvme": per_gpu["nvme"] <= cluster.nvme_bytes}
 ''',
-    # the collectives copied from the simulator's booking: one entry per call, and the norm's all-reduce as
-    # one fp32 (4 bytes) where zero_ref sends two float64
-    "30.5": '''
-from zero_ref.profiling.profile import COURSE_GPT
-booked = fit_local.work_totals(fit_local.gpt_model(COURSE_GPT), plan)["collectives"]
-comm = {}
-for op, nbytes, _ in booked:
-    calls, total = comm.get(op, (0, 0))
-    comm[op] = (calls + 1, total + int(nbytes))
-states = model_state_bytes(num_params, zero_stage=plan.zero_stage, dp=plan.dp, precision=plan.precision)
-return {"memory": {"params": states.params, "grads": states.grads, "optimizer": states.optimizer}, "comm": comm}
-''',
 }
+
+# Task 30.4's reference with one line changed: the data-parallel bytes and Adam's moments
+_TRIAL = '''
+tp, pp, dp = layout.tp, layout.pp, layout.dp
+V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
+micro = global_batch // (dp * m)
+act = micro * T * d * 4
+first, last, blocks = stage == 0, stage == pp - 1, L // pp
+per_micro = (4 * blocks + first + last) * act + last * 3 * micro * T * 4
+sends = {"tp": m * per_micro * 2 * (tp - 1) / tp, "pp": 0.0}
+if pp > 1:
+    sends["pp"] = 32 + m * act * ((not last) + (not first)) + (first or last) * V // tp * d * 4
+block = (3 * d * d + 3 * d + d * d + 4 * d * d + 4 * d + 4 * d * d) // tp + d + d + 4 * d
+local = blocks * block + first * (V // tp * d + T * d) + last * 2 * d + (last and pp > 1) * V // tp * d
+padded = -(-local // dp) * dp
+sends["dp"] = DP_BYTES
+return {"sends": sends, "memory": {"params": 4 * local, "grads": 4 * local, "optimizer": MOMENTS}}
+'''
+
+# Task 30.3 with the rules judged against the whole HBM: a valid launch (Task 30.4 then runs its layout), wrong
+# reasons
+_HBM_RULES = '''
+hbm = cluster.gpu.hbm_bytes
+safe = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1,
+                     memory_fraction=BRIEF["memory_fraction"] * (1 - BRIEF["headroom"])).best
+
+
+def rule(plan):
+    r = sim.simulate(model, cluster, plan, COSTS, granularity=search.granularity_for(model, plan))
+    if r.peak_gpu_bytes > hbm:
+        return "memory"
+    if r.peak_gpu_bytes > (1 - BRIEF["headroom"]) * hbm:
+        return "headroom"
+    return "time" if r.step_time > (1 + BRIEF["margin"]) * safe.step_time else None
+
+
+plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
+rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.micro_batch_size, p.recompute) == (1, 1, z, 1, "full")
+               and p.offload_optimizer == p.offload_param == "none") for z in (1, 2, 3)]
+rivals.append(search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan)
+return {"launch": safe.plan, "ruled_out": [(p, rule(p)) for p in rivals]}
+'''
+
+
+def _trial(dp_bytes: str, moments: str) -> str:
+    return _TRIAL.replace("DP_BYTES", dp_bytes).replace("MOMENTS", moments)
+
+
+MORE_WRONG = [
+    # the search's pick launched as it is (the one-line answer): it leaves less than the headroom free
+    {"30.3": '''
+plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
+pick = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan
+rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_param)
+               == (1, 1, z, "none", "none")) for z in (1, 2, 3)]
+return {"launch": pick, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (rivals[2], "time")]}
+'''},
+    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient)
+    {"30.3": _HBM_RULES, "30.4": '''
+tp, pp, dp = layout.tp, layout.pp, layout.dp
+V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
+micro = global_batch // (dp * m)
+act = micro * T * d * 4
+first, last, blocks = stage == 0, stage == pp - 1, L // pp
+per_micro = (4 * blocks + first + last) * act + last * 3 * micro * T * 4
+sends = {"tp": m * per_micro * 2 * (tp - 1) / tp, "pp": m * act * ((not last) + (not first)) if pp > 1 else 0.0}
+block = (3 * d * d + 3 * d + d * d + 4 * d * d + 4 * d + 4 * d * d) // tp + d + d + 4 * d
+local = blocks * block + first * (V // tp * d + T * d) + last * 2 * d + (last and pp > 1) * V // tp * d
+padded = -(-local // dp) * dp
+sends["dp"] = 2 * (dp - 1) / dp * (padded * 4 + 16)
+return {"sends": sends, "memory": {"params": 4 * local, "grads": 4 * local, "optimizer": 8 * padded // dp}}
+'''},
+    # the rules judged against the whole HBM, not its usable share: ZeRO-2 at dp 16 then seems to fit
+    {"30.3": _HBM_RULES},
+    # no ZeRO-3 rival: the plan that fits without tensor or pipeline parallelism is left out of the decision
+    {"30.3": '''
+plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
+launch = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1,
+                       memory_fraction=BRIEF["memory_fraction"] * (1 - BRIEF["headroom"])).best.plan
+pick = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan
+rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_param)
+               == (1, 1, z, "none", "none")) for z in (1, 2)]
+return {"launch": launch, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (pick, "headroom")]}
+'''},
+    # ZeRO-1's Adam moments kept whole, as in plain data parallelism
+    {"30.3": _HBM_RULES, "30.4": _trial("2 * (dp - 1) / dp * (padded * 4 + 16)", "8 * local")},
+    # the data-parallel bytes of the unpadded buffer, without the gradient norm's two float64
+    {"30.3": _HBM_RULES, "30.4": _trial("2 * (dp - 1) / dp * local * 4", "8 * padded // dp")},
+]
