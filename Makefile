@@ -37,8 +37,8 @@ test-peers: setup
 # Every chapter with an explorer in JupyterLab and headless Chromium (make test drives ch01, ch08 and ch20):
 # Run All, then each explorer's controls moved one at a time, every figure shown compared with the kernel's
 # own drawing of the same values. Screenshots: ZERO_LAB_SCREENSHOTS=folder; chapters at once: ZERO_LAB_BROWSER_JOBS.
-test-ui: setup  ## the course in Chromium: chapters 1, 8 and 20 and the Chinese edition (CI runs it)
-	$(PY) -m pytest tests/notebooks/test_browser.py -m "not browser_full" -ra $(PYTEST_ARGS)
+test-ui: setup  ## the course as a reader sees it: the static site, chapters 1, 8, 20 and a Chinese one in Chromium (CI runs it)
+	$(PY) -m pytest tests/notebooks/test_browser.py tests/course/test_site.py -m "browser and not browser_full" -ra $(PYTEST_ARGS)
 
 test-browser: setup
 	$(PY) -m pytest tests/notebooks/test_browser.py -ra $(PYTEST_ARGS)

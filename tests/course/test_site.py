@@ -9,6 +9,7 @@ from course.syllabus import CHAPTERS
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.browser  # what a reader's browser is served: run by make test-ui, beside the Chromium tests
 def test_site_has_every_chapter_page_linked_and_rendered(tmp_path):
     pages = site.build(tmp_path / "site")
     present = [ch for ch in CHAPTERS if (site.NOTEBOOKS / ch.notebook).exists()]
