@@ -1,0 +1,100 @@
+"""The language a kernel speaks: messages the library prints (gettext) and the font figures are drawn in.
+
+    from course.i18n import _           # _("Task {task}") is the English text, or its catalog translation
+    lang()                              # "zh" in a Chinese-edition kernel, else "en"
+
+A kernel speaks Chinese when ``ZERO_LAB_LANG=zh`` (what ``course.build --lang zh`` sets) or when JupyterLab
+started it for a notebook under a ``zh/`` folder (jupyter_server names the notebook in ``JPY_SESSION_NAME``),
+so a student's ``work/zh/`` chapters need no extra cell. Catalogs are gettext ``.po`` files in
+``course/locale/<lang>/LC_MESSAGES/zero_lab.po``, compiled in memory by Babel when first used; a message with
+no translation stays English. In Chinese, matplotlib draws with Noto Sans CJK SC (the ``mplfonts`` package
+ships it; a system-wide Noto CJK, e.g. Debian's fonts-noto-cjk, serves as well), DejaVu Sans kept first so
+Latin letters, digits and symbols look as in the English figures.
+"""
+from __future__ import annotations
+
+import gettext
+import importlib.util
+import io
+import os
+from functools import cache
+from pathlib import Path
+
+LOCALE = Path(__file__).resolve().parent / "locale"
+DOMAIN = "zero_lab"
+LANGS = ("en", "zh")
+CJK_FONT = "Noto Sans CJK SC"
+
+
+def lang() -> str:
+    """The kernel's language: ``ZERO_LAB_LANG`` if set, else ``zh`` for a notebook in a ``zh/`` folder."""
+    chosen = os.environ.get("ZERO_LAB_LANG")
+    if chosen:
+        if chosen not in LANGS:
+            raise ValueError(f"ZERO_LAB_LANG={chosen!r}: the course speaks {', '.join(LANGS)}")
+        return chosen
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    return "zh" if "zh" in Path(session).parent.parts else "en"
+
+
+def catalog_path(language: str) -> Path:
+    return LOCALE / language / "LC_MESSAGES" / f"{DOMAIN}.po"
+
+
+@cache
+def translations(language: str) -> gettext.NullTranslations:
+    """The compiled catalog of ``language`` (English: no catalog, every message as written)."""
+    path = catalog_path(language)
+    if language == "en" or not path.exists():
+        return gettext.NullTranslations()
+    from babel.messages.mofile import write_mo
+    from babel.messages.pofile import read_po
+
+    with path.open("rb") as f:
+        catalog = read_po(f, locale=language)
+    buf = io.BytesIO()
+    write_mo(buf, catalog)
+    buf.seek(0)
+    return gettext.GNUTranslations(buf)
+
+
+def _(message: str) -> str:
+    """``message`` in the kernel's language (a ``str.format`` template keeps its fields)."""
+    return translations(lang()).gettext(message)
+
+
+def cjk_font_file() -> Path | None:
+    """Noto Sans CJK SC as the ``mplfonts`` package ships it (found without importing that package)."""
+    spec = importlib.util.find_spec("mplfonts")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "fonts" / "NotoSansCJKsc-Regular.otf"
+        if path.exists():
+            return path
+    return None
+
+
+def use_cjk_font() -> str:
+    """Make matplotlib draw Chinese: register Noto Sans CJK SC and put it after DejaVu Sans; returns the
+    family. Raises when no such font is installed (a figure would show empty boxes instead of hanzi)."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    path = cjk_font_file()
+    if path is not None:
+        font_manager.fontManager.addfont(str(path))
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    if CJK_FONT not in names:
+        raise RuntimeError(f"no {CJK_FONT} font: install the course's requirements (pip install mplfonts) "
+                           "or the system's Noto CJK fonts (apt-get install fonts-noto-cjk)")
+    # a list of families, not "sans-serif": matplotlib falls back glyph by glyph only along the family list
+    matplotlib.rcParams["font.family"] = ["DejaVu Sans", CJK_FONT]
+    matplotlib.rcParams["axes.unicode_minus"] = True
+    return CJK_FONT
+
+
+def activate() -> str:
+    """Set up the kernel for its language (the CJK font in Chinese); returns the language."""
+    language = lang()
+    if language == "zh":
+        use_cjk_font()
+    return language
