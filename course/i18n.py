@@ -3,9 +3,9 @@
     from course.i18n import _           # _("Task {task}") is the English text, or its catalog translation
     lang()                              # "zh" in a Chinese-edition kernel, else "en"
 
-A kernel speaks Chinese when ``ZERO_LAB_LANG=zh`` (what ``course.build --lang zh`` sets) or when JupyterLab
-started it for a notebook under a ``zh/`` folder (jupyter_server names the notebook in ``JPY_SESSION_NAME``),
-so a student's ``work/zh/`` chapters need no extra cell. Catalogs are gettext ``.po`` files in
+A kernel speaks Chinese when ``ZERO_LAB_LANG=zh`` (what ``course.build --lang zh`` and grading set) or when
+it runs a notebook in a folder named ``zh`` (jupyter_server names the notebook in ``JPY_SESSION_NAME``; else
+the kernel's working folder), so a student's ``work/zh/`` chapters need no extra cell. Catalogs are gettext ``.po`` files in
 ``course/locale/<lang>/LC_MESSAGES/zero_lab.po``, compiled in memory by Babel when first used; a message with
 no translation stays English. In Chinese, matplotlib draws with Noto Sans CJK SC (the ``mplfonts`` package
 ships it; a system-wide Noto CJK, e.g. Debian's fonts-noto-cjk, serves as well), DejaVu Sans kept first so
@@ -27,14 +27,15 @@ CJK_FONT = "Noto Sans CJK SC"
 
 
 def lang() -> str:
-    """The kernel's language: ``ZERO_LAB_LANG`` if set, else ``zh`` for a notebook in a ``zh/`` folder."""
+    """The kernel's language: ``ZERO_LAB_LANG`` if set, else ``zh`` for a notebook in a folder named ``zh``."""
     chosen = os.environ.get("ZERO_LAB_LANG")
     if chosen:
         if chosen not in LANGS:
             raise ValueError(f"ZERO_LAB_LANG={chosen!r}: the course speaks {', '.join(LANGS)}")
         return chosen
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    return "zh" if "zh" in Path(session).parent.parts else "en"
+    session = os.environ.get("JPY_SESSION_NAME")  # the notebook's path, where jupyter_server started the kernel
+    folder = Path(session).parent if session else Path.cwd()  # else the kernel's folder: the notebook's
+    return "zh" if folder.name == "zh" else "en"
 
 
 def catalog_path(language: str) -> Path:
