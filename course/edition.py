@@ -34,6 +34,7 @@ import hashlib
 import os
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,7 +174,7 @@ def status(notebook: Path, lang: str = "zh") -> Status:
 
 
 # Comments the tooling reads: they stay as the English cell has them, in order.
-DIRECTIVE = re.compile(r"#\s*(NBVAL_\w+|### (BEGIN|END) SOLUTION)")
+DIRECTIVE = re.compile(r"#\s*NBVAL_\w+|### (BEGIN|END) SOLUTION")
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
 
@@ -186,8 +187,12 @@ def _shape(tree: ast.AST) -> tuple[str, list[tuple[str, str]]]:
         def visit_JoinedStr(self, node):
             literal = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
             texts.append((literal, "f-string"))
-            fields = sorted((ast.dump(v) for v in node.values if not isinstance(v, ast.Constant)))
-            return ast.Constant(value="\x00".join(fields))
+            fields = []
+            for v in node.values:
+                if isinstance(v, ast.FormattedValue):  # its expression's strings are text too; its format spec is code
+                    v.value = self.visit(v.value)
+                    fields.append(ast.dump(v))
+            return ast.Constant(value="\x00".join(sorted(fields)))
 
         def visit_Constant(self, node):
             if isinstance(node.value, str):
@@ -311,9 +316,57 @@ def images(cell) -> list[str]:
     return [out.data["image/png"] for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
 
 
+WORDS = re.compile(r"[A-Za-z]{2,}[ \t]+[A-Za-z]{2,}")  # two English words in a row: a line of English
+
+
+def _english(line: str) -> bool | None:
+    """True for a line of English, False for one in Chinese, None for a line without words (numbers, code)."""
+    if CJK.search(line):
+        return False
+    return True if WORDS.search(line) else None
+
+
+def reader_lines(nb) -> dict[str, list[str]]:
+    """What a reader reads outside the prose, line by line: ``comments`` (comments and docstrings of code
+    cells; NBVAL_ and solution markers left out) and ``printed`` (text the cells print or display, less the
+    library code that ``course.show`` prints, which is code)."""
+    import io
+    import tokenize
+
+    comments, printed = [], []
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(cell.source).readline):
+                if tok.type == tokenize.COMMENT and not DIRECTIVE.search(tok.string):
+                    comments.append(tok.string)
+        except (tokenize.TokenError, SyntaxError):
+            pass
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            tree = None
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+                doc = ast.get_docstring(node, clean=True)
+                comments += doc.splitlines() if doc else []
+        if "show(" not in cell.source:
+            printed += output_text(cell).splitlines()
+    return {"comments": comments, "printed": printed}
+
+
+def english_share(nb) -> dict[str, tuple[int, int]]:
+    """Per kind of ``reader_lines``: (lines in English, lines with words)."""
+    share = {}
+    for kind, lines in reader_lines(nb).items():
+        marks = [m for m in map(_english, lines) if m is not None]
+        share[kind] = (sum(marks), len(marks))
+    return share
+
+
 def compare_outputs(en, ed) -> list[str]:
     """What keeps an executed edition from being the English notebook's outputs in another language: a cell
-    whose printed numbers differ from the English cell's (in order, after nbval's sanitizing), a cell
+    whose printed numbers differ from the English cell's (as a multiset: a sentence may order them otherwise;
+    after nbval's sanitizing), a cell
     with another count of figures, or a figure byte-identical to the English one (its labels untranslated). Cells whose output nbval
     ignores (NBVAL_IGNORE_OUTPUT) are left out, as nbval leaves them."""
     problems = []
@@ -324,12 +377,10 @@ def compare_outputs(en, ed) -> list[str]:
             problems.append(f"{cell.id}: no such code cell in the edition")
             continue
         if not IGNORED.search(cell.source):
-            a, b = (NUMBER.findall(_sanitize(output_text(c))) for c in (cell, other))
+            a, b = (Counter(NUMBER.findall(_sanitize(output_text(c)))) for c in (cell, other))
             if a != b:
-                first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-                problems.append(f"{cell.id}: prints other numbers than the English (number {first + 1}: "
-                                f"{a[first] if first < len(a) else 'none'} in English, "
-                                f"{b[first] if first < len(b) else 'none'} here)")
+                problems.append(f"{cell.id}: prints other numbers than the English (only in English: "
+                                f"{sorted((a - b).elements())[:5]}, only here: {sorted((b - a).elements())[:5]})")
         en_img, ed_img = images(cell), images(other)
         if len(en_img) != len(ed_img):
             problems.append(f"{cell.id}: {len(ed_img)} figure(s), the English has {len(en_img)}")

@@ -102,12 +102,15 @@ def recipe(name: str) -> Recipe:
 
 
 def recipe_table() -> str:
-    """A plain-text table of every recipe's buffers (chapters print it)."""
-    lines = [f"{'recipe':<16}{'buffer':<30}{'dtype':<6}{'B/param':>8}  partitioned from"]
+    """A plain-text table of every recipe's buffers (chapters print it), in the reader's language."""
+    from course.i18n import _  # gettext: a Chinese-edition kernel prints the table in Chinese
+
+    lines = [f"{_('recipe'):<16}{_('buffer'):<30}{_('dtype'):<6}{_('B/param'):>8}  {_('partitioned from')}"]
     for r in RECIPES.values():
         for b in r.buffers:
-            lines.append(f"{r.name:<16}{b.name:<30}{b.dtype:<6}{b.bytes_per_param:>8}  stage {b.sharded_from_stage}")
-        lines.append(f"{r.name:<16}{'total':<30}{'':<6}{r.bytes_per_param():>8}  (K = {r.K})")
+            stage = _("stage {n}").format(n=b.sharded_from_stage)
+            lines.append(f"{r.name:<16}{_(b.name):<30}{b.dtype:<6}{b.bytes_per_param:>8}  {stage}")
+        lines.append(f"{r.name:<16}{_('total'):<30}{'':<6}{r.bytes_per_param():>8}  (K = {r.K})")
     return "\n".join(lines)
 
 

@@ -106,10 +106,19 @@ def test_every_translation_is_complete_fresh_and_built(lang, notebook):
     assert built.exists(), f"{built} not built: python -m course.build --lang {lang}"
     on_disk = json.loads(built.read_text(encoding="utf-8"))
     fresh = json.loads(nbformat.writes(edition.compose(notebook, lang)))
-    assert on_disk == fresh, f"{built} is older than its sources: python -m course.build --lang {lang}"
-    def code(nb):
-        return [(c.source, c.get("outputs")) for c in nb.cells if c.cell_type == "code"]
-    assert code(nbformat.read(built, as_version=4)) == code(nbformat.read(notebook, as_version=4))
+    en = nbformat.read(notebook, as_version=4)
+    if edition.speaks(notebook, lang):  # executed in its language: sources as composed, numbers as the English
+        assert _sources(on_disk) == _sources(fresh), f"{built} is older than its sources: python -m course.build --lang {lang}"
+        assert edition.compare_outputs(en, nbformat.read(built, as_version=4)) == []
+    else:  # copied: code and outputs are the English notebook's
+        assert on_disk == fresh, f"{built} is older than its sources: python -m course.build --lang {lang}"
+        def code(nb):
+            return [(c.source, c.get("outputs")) for c in nb.cells if c.cell_type == "code"]
+        assert code(nbformat.read(built, as_version=4)) == code(en)
+
+
+def _sources(nb: dict) -> list:
+    return [(c["cell_type"], c.get("id"), c["source"]) for c in nb["cells"]]
 
 
 def test_no_edition_notebook_without_its_translation():
@@ -133,3 +142,85 @@ def test_an_edition_releases_and_grades_as_the_english_one(lang, notebook, tmp_p
         return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     assert code(ed) == code(en) and code(en) != code(notebook)  # the solutions are gone from both
     assert nbformat.read(ed, as_version=4).cells[0].source != nbformat.read(en, as_version=4).cells[0].source
+
+
+# -- code cells: translated text, the English code ---------------------------------------------------
+
+EN_CODE = '''def total(psi, n):
+    """Bytes per GPU."""
+    # sixteen bytes a parameter
+    print(f"{psi:,} params over {n} GPUs: {16 * psi / n:.1f} bytes each", "(ok)")
+    return {"params": 16 * psi / n}
+'''
+ZH_CODE = '''def total(psi, n):
+    """每块 GPU 的字节数。"""
+    # 每个参数 16 字节
+    print(f"{n} 块 GPU 分 {psi:,} 个参数：每块 {16 * psi / n:.1f} 字节", "（正确）")
+    return {"params": 16 * psi / n}
+'''
+
+
+def test_a_code_cell_may_change_its_comments_docstrings_and_printed_text():
+    assert edition.same_code(EN_CODE, ZH_CODE) == ""  # f-string fields may move within the sentence
+
+
+@pytest.mark.parametrize("change,why", [
+    (("16 * psi / n:.1f", "15 * psi / n:.1f"), "code differs"),                  # a number
+    (("16 * psi / n}", "16 * psi // n}"), "code differs"),                       # an operator
+    (("def total(psi, n)", "def total(psi, m)"), "code differs"),                # a name
+    (("{16 * psi / n:.1f}", "{16 * psi / n:.2f}"), "code differs"),              # a format spec
+    (('{"params"', '{"参数"'), "code differs"),                                  # no: a key is code, see below
+    (('"（正确）"', '"(fine)"'), "became '(fine)'"),                             # English into other English
+], ids=["number", "operator", "name", "format-spec", "key", "english-string"])
+def test_a_code_translation_that_changes_the_code_is_refused(change, why):
+    old, new = change
+    zh = ZH_CODE.replace(old, new)
+    assert zh != ZH_CODE
+    if old.startswith('{"params"'):  # a dict key translated is a string changed into Chinese: allowed by
+        assert edition.same_code(EN_CODE, zh) == ""  # same_code; compare_outputs and the kernel catch its effect
+        return
+    assert why in edition.same_code(EN_CODE, zh)
+
+
+def test_directive_comments_stay():
+    en = "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"
+    assert edition.same_code(en, en.replace("    ### END SOLUTION\n", "")).startswith("the NBVAL_")
+    assert edition.same_code("# NBVAL_IGNORE_OUTPUT\nx = 1", "# 忽略输出\nx = 1").startswith("the NBVAL_")
+
+
+def _outputs(text: str, png: str | None = None):
+    cell = nbformat.v4.new_code_cell("print(x)", id="c")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    if png:
+        cell.outputs.append(nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}))
+    return nbformat.v4.new_notebook(cells=[cell])
+
+
+def test_compare_outputs_holds_numbers_and_figures_to_the_english():
+    en = _outputs("stage 3 needs 130.0 GB per GPU > 80 GB\n", "iVBOR-en")
+    assert edition.compare_outputs(en, _outputs("即使阶段 3 每块 GPU 也要 130.0 GB > 80 GB\n", "iVBOR-zh")) == []
+    assert "only in English: ['130.0'], only here: ['131.0']" in \
+        edition.compare_outputs(en, _outputs("阶段 3 每块 GPU 要 131.0 GB > 80 GB\n", "iVBOR-zh"))[0]
+    assert "byte-identical" in edition.compare_outputs(en, _outputs("阶段 3：130.0 GB > 80 GB\n", "iVBOR-en"))[0]
+    assert "0 figure(s)" in edition.compare_outputs(en, _outputs("阶段 3：130.0 GB > 80 GB\n"))[0]
+
+
+def test_a_translated_code_cell_is_built_by_running_it_in_chinese(repo):
+    en = _notebook(repo / "notebooks")
+    nb = nbformat.read(en, as_version=4)
+    nb.cells[2].source, nb.cells[2].outputs[0].text = 'print("total", 16 * 2)', "total 32\n"
+    nbformat.write(nb, en)
+    assert edition.todo(en, code=True) == 3
+    path = edition.translation_path(en)
+    _translate(path, {"title": "# 第 99 章 · 测试", "concept": "## 概念\n\nAdam 每个参数读取 16 字节。"})
+    text = path.read_text(encoding="utf-8").replace(" · code · todo -->", " · code -->")
+    path.write_text(text.replace('print("total", 16 * 2)', 'print("合计", 16 * 2, lang())'), encoding="utf-8")
+    assert edition.status(en).wrong == ["code-1: the code differs from the English (not only comments and strings)"]
+    path.write_text(text.replace('print("total", 16 * 2)', 'print("合计", 16 * 2)  # 两个 16'), encoding="utf-8")
+    assert edition.status(en).code_translated == ["code-1"] and edition.speaks(en)
+    out, = edition.build([en])
+    cell = nbformat.read(out, as_version=4).cells[2]
+    assert cell.source == 'print("合计", 16 * 2)  # 两个 16' and edition.output_text(cell) == "合计 32\n"
+    # the English output moves (a re-run that prints another number): the edition no longer agrees with it
+    nb.cells[2].outputs[0].text = "total 33\n"
+    assert "only in English: ['33'], only here: ['32']" in edition.compare_outputs(nb, nbformat.read(out, as_version=4))[0]
