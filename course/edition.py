@@ -269,15 +269,32 @@ def execute(nb, lang: str, folder: Path = NOTEBOOKS):
         os.environ.pop("ZERO_LAB_LANG") if before is None else os.environ.update(ZERO_LAB_LANG=before)
 
 
-def build(notebooks: list[Path] | None = None, lang: str = "zh") -> list[Path]:
+def _kept_outputs(nb, built: Path) -> bool:
+    """Copy into ``nb`` the outputs of the edition built before, if its code cells are ``nb``'s; True if so."""
+    if not built.exists():
+        return False
+    old = nbformat.read(built, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    before = [c for c in old.cells if c.cell_type == "code"]
+    if [(c.id, c.source) for c in code] != [(c.id, c.source) for c in before]:
+        return False
+    for cell, prior in zip(code, before):
+        cell.outputs, cell.execution_count = prior.outputs, prior.execution_count
+    nb.metadata = old.metadata
+    return True
+
+
+def build(notebooks: list[Path] | None = None, lang: str = "zh", keep_outputs: bool = False) -> list[Path]:
     """Write the edition of each notebook (default: every one with a translation file); an edition with
-    translated code cells is executed in ``lang`` and must print the English numbers (``compare_outputs``)."""
+    translated code cells is executed in ``lang`` and must print the English numbers (``compare_outputs``).
+    ``keep_outputs``: an edition whose code cells did not change keeps its outputs (a fix to its prose)."""
     written = []
     for notebook in notebooks or translated_notebooks(lang):
         notebook = Path(notebook).resolve()
         nb = compose(notebook, lang)
-        if speaks(notebook, lang):
+        if speaks(notebook, lang) and not (keep_outputs and _kept_outputs(nb, edition_path(notebook, lang))):
             nb = execute(nb, lang, notebook.parent)
+        if speaks(notebook, lang):
             bad = compare_outputs(nbformat.read(notebook, as_version=4), nb)
             if bad:
                 raise EditionError(f"{_rel(edition_path(notebook, lang))}: " + "; ".join(bad))
@@ -389,11 +406,11 @@ def compare_outputs(en, ed) -> list[str]:
     return problems
 
 
-def refresh_readme(readme: Path = ROOT / "README.md") -> bool:
+def refresh_readme(readme: Path = ROOT / "README.md", lang: str = "en") -> bool:
     """Rewrite the README's generated chapter table (it links each chapter's built editions); True if changed."""
     text = readme.read_text(encoding="utf-8")
     new = re.sub(r"(<!-- chapters:start[^\n]*-->\n).*?(\n<!-- chapters:end -->)",
-                 lambda m: m[1] + readme_table() + m[2], text, count=1, flags=re.S)
+                 lambda m: m[1] + readme_table(lang) + m[2], text, count=1, flags=re.S)
     if new != text:
         readme.write_text(new, encoding="utf-8")
     return new != text
@@ -437,14 +454,18 @@ def main(argv=None) -> int:
     p.add_argument("notebooks", nargs="*", type=Path, metavar="NOTEBOOK")
     p.add_argument("--lang", default="zh", choices=LANGS)
     p.add_argument("--code", action="store_true", help="todo: add the code cells too (comments, strings)")
+    p.add_argument("--keep-outputs", action="store_true",
+                   help="build: an executed edition whose code did not change keeps its outputs (prose fixes)")
     args = p.parse_args(argv)
     paths = [n.resolve() for n in args.notebooks]
     try:
         if args.command == "build":
-            for out in build(paths or None, args.lang):
+            for out in build(paths or None, args.lang, args.keep_outputs):
                 print(f"built {_rel(out)}")
             if refresh_readme():
                 print("README.md: the chapter table now links the edition's notebooks")
+            if refresh_readme(ROOT / f"README.{args.lang}.md", args.lang):
+                print(f"README.{args.lang}.md: its chapter table now links the edition's notebooks")
             return 0
         if args.command == "todo":
             if not paths:

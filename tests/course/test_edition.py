@@ -132,16 +132,23 @@ def test_no_edition_notebook_without_its_translation():
 @pytest.mark.parametrize("lang,notebook", TRANSLATED, ids=[f"{lang}-{nb.stem}" for lang, nb in TRANSLATED])
 def test_an_edition_releases_and_grades_as_the_english_one(lang, notebook, tmp_path):
     """`make release` strips the same solutions from both editions, so a student of either edition hands in
-    the same code cells and `course.assign grade` (the English reference's checks) treats them alike."""
-    from course.assign import release
+    the same code (the edition's comments and strings translated, its stubs raising in its language), and
+    `course.assign grade` grades it against the edition's reference (notebooks/<lang>/)."""
+    from course.assign import default_reference, release
 
     en, = release([notebook], tmp_path / "en")
     ed, = release([edition.edition_path(notebook, lang)], tmp_path / lang)
 
     def code(path):
         return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-    assert code(ed) == code(en) and code(en) != code(notebook)  # the solutions are gone from both
+    assert code(en) != code(notebook)  # the solutions are gone
+    stubs = [(a, b) for a, b in zip(code(en), code(ed)) if 'raise NotImplementedError("Task' in a]
+    assert stubs and all('raise NotImplementedError("任务 ' in b for _, b in stubs)
+    for a, b in zip(code(en), code(ed)):
+        assert edition.same_code(a, b) == "" if "NotImplementedError" not in a else True
     assert nbformat.read(ed, as_version=4).cells[0].source != nbformat.read(en, as_version=4).cells[0].source
+    assert default_reference(ed) == edition.edition_path(notebook, lang)
+    assert default_reference(en) == notebook
 
 
 # -- code cells: translated text, the English code ---------------------------------------------------
@@ -224,3 +231,65 @@ def test_a_translated_code_cell_is_built_by_running_it_in_chinese(repo):
     # the English output moves (a re-run that prints another number): the edition no longer agrees with it
     nb.cells[2].outputs[0].text = "total 33\n"
     assert "only in English: ['33'], only here: ['32']" in edition.compare_outputs(nb, nbformat.read(out, as_version=4))[0]
+
+
+def test_the_chinese_readme_lists_every_chapter():
+    from course.syllabus import readme_table
+    text = (edition.ROOT / "README.zh.md").read_text(encoding="utf-8")
+    block = text.split("<!-- chapters:start", 1)[1].split("-->\n", 1)[1].split("\n<!-- chapters:end -->")[0]
+    assert block == readme_table("zh"), "python -m course.edition build rewrites it"
+    assert "make lab-zh" in text and "make grade STUDENTS=work/zh/" in text
+
+
+# -- the kernel's language ----------------------------------------------------------------------------
+
+def test_a_kernel_speaks_chinese_for_a_notebook_in_a_zh_folder(monkeypatch, tmp_path):
+    from course import i18n
+    monkeypatch.delenv("ZERO_LAB_LANG", raising=False)
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "work" / "zh" / "ch01_course_map.ipynb"))
+    assert i18n.lang() == "zh" and i18n._("Task {task}").format(task="3.1") == "任务 3.1：把这一行换成你的代码"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "work" / "ch01_course_map.ipynb"))
+    assert i18n.lang() == "en" and i18n._("Task {task}") == "Task {task}"
+    monkeypatch.setenv("ZERO_LAB_LANG", "zh")
+    assert i18n.lang() == "zh"
+    monkeypatch.setenv("ZERO_LAB_LANG", "fr")
+    with pytest.raises(ValueError, match="ZERO_LAB_LANG='fr'"):
+        i18n.lang()
+
+
+def test_every_catalog_message_keeps_its_fields():
+    """A translation that drops or renames a str.format field would raise or print less at run time."""
+    import string
+
+    from babel.messages.pofile import read_po
+
+    from course import i18n
+    with i18n.catalog_path("zh").open("rb") as f:
+        catalog = read_po(f)
+    messages = [m for m in catalog if m.id]
+    assert len(messages) >= 20 and all(m.string for m in messages)
+    for m in messages:
+        def fields(text):
+            return sorted(f for _, f, _, _ in string.Formatter().parse(text) if f is not None)
+        assert fields(m.string) == fields(m.id), m.id
+
+
+def test_chinese_figures_draw_hanzi_not_empty_boxes():
+    import warnings
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course import i18n
+    before = dict(matplotlib.rcParams)
+    try:
+        assert i18n.use_cjk_font() == "Noto Sans CJK SC"
+        fig, ax = plt.subplots()
+        ax.set_title("每块 GPU 的模型状态（GB）")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # matplotlib warns "Glyph ... missing from font(s)" for a tofu box
+            fig.canvas.draw()
+        plt.close(fig)
+    finally:
+        matplotlib.rcParams.update({k: v for k, v in before.items() if k in ("font.family",)})
