@@ -333,7 +333,8 @@ def images(cell) -> list[str]:
     return [out.data["image/png"] for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
 
 
-WORDS = re.compile(r"[A-Za-z]{2,}[ \t]+[A-Za-z]{2,}")  # two English words in a row: a line of English
+# Two English words in a row make a line English; identifiers (all_reduce, fc1.weight) are not words.
+WORDS = re.compile(r"(?<![\w.])[A-Za-z]{2,}[ \t]+[A-Za-z]{2,}(?![\w.(])")
 
 
 def _english(line: str) -> bool | None:

@@ -293,3 +293,17 @@ def test_chinese_figures_draw_hanzi_not_empty_boxes():
         plt.close(fig)
     finally:
         matplotlib.rcParams.update({k: v for k, v in before.items() if k in ("font.family",)})
+
+
+SPEAKING = [(lang, nb) for lang, nb in TRANSLATED if edition.speaks(nb, lang)]
+
+
+@pytest.mark.parametrize("lang,notebook", SPEAKING, ids=[f"{lang}-{nb.stem}" for lang, nb in SPEAKING])
+def test_what_a_reader_of_an_executed_edition_reads_is_in_its_language(lang, notebook):
+    """Issue 38's bar: comment and docstring lines ≤ 5 % English, printed lines with words ≤ 10 % English
+    (the English notebook: all of them), every figure redrawn (compare_outputs, above)."""
+    ed = edition.english_share(nbformat.read(edition.edition_path(notebook, lang), as_version=4))
+    en = edition.english_share(nbformat.read(notebook, as_version=4))
+    (c_en, c_all), (p_en, p_all) = ed["comments"], ed["printed"]
+    assert c_en <= 0.05 * c_all and p_en <= 0.10 * p_all, ed
+    assert en["comments"][0] == en["comments"][1] > 0  # the measure sees English where there is English
