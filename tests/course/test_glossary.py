@@ -30,9 +30,9 @@ def banned() -> list[tuple[str, re.Pattern]]:
 
 def violations(path: Path) -> list[str]:
     """``term: 'match' (line N)`` for each banned rendering in one translation file."""
-    found = []
+    found, rules = [], banned()
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        for term, pattern in banned():
+        for term, pattern in rules:
             found += [f"{term}: {m[0]!r} (line {n})" for m in pattern.finditer(line)]
     return found
 
