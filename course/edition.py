@@ -255,18 +255,21 @@ def speaks(notebook: Path, lang: str = "zh") -> bool:
     return path.exists() and any(e.code for e in parse(path).values())
 
 
-def execute(nb, lang: str, folder: Path = NOTEBOOKS):
-    """Run the edition in a kernel that speaks ``lang`` (course.i18n); a failing cell raises EditionError."""
+def execute(nb, lang: str, folder: Path = NOTEBOOKS, timeout: int = 300):
+    """Run the edition, as course.build runs a chapter, in a kernel that speaks ``lang`` (course.i18n);
+    a failing cell raises EditionError."""
+    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    from course import build as course_build
-    os.environ["ZERO_LAB_LANG"], before = lang, os.environ.get("ZERO_LAB_LANG")
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(folder)}})
     try:
-        return course_build.execute(course_build.normalise(nb), folder)
+        client.execute(env=os.environ | {"PYTHONHASHSEED": "0", "ZERO_LAB_LANG": lang})
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
         raise EditionError(f"a cell failed in the {lang} kernel:\n{e}") from None
-    finally:
-        os.environ.pop("ZERO_LAB_LANG") if before is None else os.environ.update(ZERO_LAB_LANG=before)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    return nb
 
 
 def _kept_outputs(nb, built: Path) -> bool:

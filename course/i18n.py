@@ -2,12 +2,14 @@
 
     from course.i18n import _           # _("Task {task}") is the English text, or its catalog translation
     lang()                              # "zh" in a Chinese-edition kernel, else "en"
+    gettext.dgettext("zero_lab", "total")   # in zero_ref and sim: the standard library's gettext
 
 A kernel speaks Chinese when ``ZERO_LAB_LANG=zh`` (what ``course.build --lang zh`` and grading set) or when
 it runs a notebook in a folder named ``zh`` (jupyter_server names the notebook in ``JPY_SESSION_NAME``; else
 the kernel's working folder), so a student's ``work/zh/`` chapters need no extra cell. Catalogs are gettext ``.po`` files in
-``course/locale/<lang>/LC_MESSAGES/zero_lab.po``, compiled in memory by Babel when first used; a message with
-no translation stays English. In Chinese, matplotlib draws with Noto Sans CJK SC (the ``mplfonts`` package
+``course/locale/<lang>/LC_MESSAGES/zero_lab.po``, compiled by Babel when first used; a message with no
+translation stays English. A Chinese kernel binds the domain (``bind``), so the library below course, which
+imports nothing of it, translates with the standard ``gettext.dgettext("zero_lab", ...)``. In Chinese, matplotlib draws with Noto Sans CJK SC (the ``mplfonts`` package
 ships it; a system-wide Noto CJK, e.g. Debian's fonts-noto-cjk, serves as well), DejaVu Sans kept first so
 Latin letters, digits and symbols look as in the English figures.
 """
@@ -64,6 +66,33 @@ def _(message: str) -> str:
     return translations(lang()).gettext(message)
 
 
+def bind(language: str) -> Path:
+    """Make the standard ``gettext.dgettext(DOMAIN, ...)`` answer in ``language`` in this process: the way
+    zero_ref and sim, which import nothing of course, print in the reader's language. The catalog is compiled
+    (Babel) into a folder named after its content under the temporary directory; returns that folder."""
+    import hashlib
+    import tempfile
+
+    po = catalog_path(language)
+    digest = hashlib.sha256(po.read_bytes()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"zero-lab-locale-{digest}"
+    mo = folder / language / "LC_MESSAGES" / f"{DOMAIN}.mo"
+    if not mo.exists():
+        from babel.messages.mofile import write_mo
+        from babel.messages.pofile import read_po
+
+        mo.parent.mkdir(parents=True, exist_ok=True)
+        with po.open("rb") as f:
+            catalog = read_po(f, locale=language)
+        part = mo.with_suffix(f".{os.getpid()}")
+        with part.open("wb") as f:
+            write_mo(f, catalog)
+        part.replace(mo)  # atomic: two kernels starting at once never read half a file
+    gettext.bindtextdomain(DOMAIN, str(folder))
+    os.environ["LANGUAGE"] = language  # gettext's first choice of language (dgettext reads it)
+    return folder
+
+
 def cjk_font_file() -> Path | None:
     """Noto Sans CJK SC as the ``mplfonts`` package ships it (found without importing that package)."""
     spec = importlib.util.find_spec("mplfonts")
@@ -97,5 +126,6 @@ def activate() -> str:
     """Set up the kernel for its language (the CJK font in Chinese); returns the language."""
     language = lang()
     if language == "zh":
+        bind(language)
         use_cjk_font()
     return language

@@ -16,6 +16,7 @@ Models" (arXiv 2205.05198), §4: 16-bit activations and 1-byte dropout masks.
 """
 from __future__ import annotations
 
+import gettext
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -103,7 +104,8 @@ def recipe(name: str) -> Recipe:
 
 def recipe_table() -> str:
     """A plain-text table of every recipe's buffers (chapters print it), in the reader's language."""
-    from course.i18n import _  # gettext: a Chinese-edition kernel prints the table in Chinese
+    def _(message: str) -> str:  # gettext: a Chinese-edition kernel binds the catalog (course/i18n.py)
+        return gettext.dgettext("zero_lab", message)
 
     lines = [f"{_('recipe'):<16}{_('buffer'):<30}{_('dtype'):<6}{_('B/param'):>8}  {_('partitioned from')}"]
     for r in RECIPES.values():

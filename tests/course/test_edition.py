@@ -307,3 +307,18 @@ def test_what_a_reader_of_an_executed_edition_reads_is_in_its_language(lang, not
     (c_en, c_all), (p_en, p_all) = ed["comments"], ed["printed"]
     assert c_en <= 0.05 * c_all and p_en <= 0.10 * p_all, ed
     assert en["comments"][0] == en["comments"][1] > 0  # the measure sees English where there is English
+
+
+def test_the_library_below_course_prints_in_the_bound_language(tmp_path):
+    """zero_ref imports nothing of course: a Chinese kernel binds the gettext domain it translates with."""
+    import subprocess
+    import sys
+
+    code = "import course; from zero_ref.memory import recipe_table; print(recipe_table().splitlines()[0])"
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("ZERO_LAB_LANG", "JPY_SESSION_NAME")}
+    zh = subprocess.run([sys.executable, "-c", code], env=env | {"ZERO_LAB_LANG": "zh"}, cwd=tmp_path,
+                        capture_output=True, text=True, check=True).stdout
+    en = subprocess.run([sys.executable, "-c", code], env=env | {"LANGUAGE": "zh", "LANG": "zh_CN.UTF-8"},
+                        cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert zh.split() == ["精度方案", "缓冲区", "dtype", "字节/参数", "从该阶段起切分"]
+    assert en.split() == ["recipe", "buffer", "dtype", "B/param", "partitioned", "from"]  # a Chinese locale alone: English
