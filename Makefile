@@ -11,20 +11,28 @@ NBVAL := --nbval --nbval-sanitize-with course/nbval_sanitize.cfg
 # JupyterLab refuses to run as root without this flag (containers, CI machines run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Where `make lab` opens the course: work/, the student's own copy (exercises unsolved; made on first use,
-# chapters added later, never overwritten). NOTEBOOK_DIR=notebooks opens the reference, solutions included.
-# Extra JupyterLab options: e.g. LAB_ARGS="--port=8890".
+# chapters added later, never overwritten); `make lab-zh` opens the Chinese one, work/zh/, made the same way.
+# NOTEBOOK_DIR=notebooks opens the reference, solutions included. Extra JupyterLab options: e.g. LAB_ARGS="--port=8890".
 NOTEBOOK_DIR ?= work
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-ui test-peers test-browser test-portable test-fast notebooks check-notebooks release grade grade-class site
+.PHONY: setup lab lab-zh workspace test test-ui test-peers test-browser test-portable test-fast notebooks check-notebooks release grade grade-class site
 
 setup:
 	@VENV=$(VENV) scripts/setup_env.sh
 
+# The student's copies (work/ and work/zh/): chapters missing there are added, the student's own never touched.
+workspace: setup
+	$(PY) -m course.assign workspace notebooks/ch*.ipynb -o work
+	@if ls notebooks/zh/ch*.ipynb >/dev/null 2>&1; then $(PY) -m course.assign workspace notebooks/zh/ch*.ipynb -o work/zh; fi
+
 lab: setup
-	@if [ "$(NOTEBOOK_DIR)" = work ]; then $(PY) -m course.assign workspace notebooks/ch*.ipynb -o work; \
-	  if ls notebooks/zh/ch*.ipynb >/dev/null 2>&1; then $(PY) -m course.assign workspace notebooks/zh/ch*.ipynb -o work/zh; fi; fi
+	@case "$(NOTEBOOK_DIR)" in work|work/|work/zh|work/zh/) $(MAKE) --no-print-directory workspace;; esac
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
+
+# 中文版：在 work/zh/ 中打开你自己的一份（首次运行时生成）。The Chinese course, in the student's own work/zh/.
+lab-zh:
+	@$(MAKE) --no-print-directory lab NOTEBOOK_DIR=work/zh
 
 test: setup
 	$(PY) -m pytest tests notebooks $(NBVAL) -m "not other_isa and not browser and not peers" -ra --durations=15 $(PYTEST_ARGS)

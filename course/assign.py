@@ -13,7 +13,9 @@ with every task of every chapter that has a reference; a notebook not handed in 
 
 Grading runs nbval on a copy of the student's notebook in which every graded cell is the
 reference's cell (source *and* stored output), so a student cannot edit a check: a task
-passes iff its graded cells run without error and print what the reference printed.
+passes iff its graded cells run without error and print what the reference printed. A notebook of a
+language edition (its metadata ``language``, e.g. ``zh``) is graded against that edition's reference,
+``notebooks/<lang>/``, in a kernel that speaks the language (course.i18n); its stubs raise in it.
 """
 
 from __future__ import annotations
@@ -133,13 +135,37 @@ def make_release(nb, name: str = "notebook", answers: dict[str, str] | None = No
                                     f"task {ids[0]} has {len(regions)}")
             for begin, end in reversed(regions):
                 indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
-                stub = [f'raise NotImplementedError("Task {ids[0]}")'] if answer is None else answer.splitlines()
+                stub = [f'raise NotImplementedError({json.dumps(task_message(nb, ids[0]), ensure_ascii=False)})'] if answer is None \
+                    else answer.splitlines()
                 lines[begin:end + 1] = [indent + line if line.strip() else "" for line in stub]
             cell.source = "\n".join(lines)
         cell.outputs, cell.execution_count = [], None
         cell.metadata.pop("execution", None)
     nb.metadata.pop("widgets", None)  # widget state belongs to the cleared outputs
     return nb
+
+
+def language(nb) -> str:
+    """The notebook's language: an edition's (course/edition.py sets it), else English."""
+    return nb.metadata.get("language", "en")
+
+
+def task_message(nb, task: str) -> str:
+    """The stub's message, "Task N.M" in the notebook's language (the gettext catalog of course.i18n)."""
+    from course.i18n import translations
+    return translations(language(nb)).gettext("Task {task}").format(task=task)
+
+
+def default_reference(student_path) -> Path:
+    """The reference a student notebook is graded against: the same name in notebooks/, or in
+    notebooks/<lang>/ for a notebook of a language edition."""
+    student_path = Path(student_path)
+    try:
+        lang = language(nbformat.read(student_path, as_version=4))
+    except Exception:  # an unreadable hand-in is graded (as zero) against the English reference
+        lang = "en"
+    edition = REPO / "notebooks" / lang / student_path.name
+    return edition if lang != "en" and edition.exists() else REPO / "notebooks" / student_path.name
 
 
 def release(paths, outdir="release") -> list[Path]:
@@ -251,8 +277,8 @@ def failure_reason(text: str) -> str:
     return lines[-1] if lines else "failed"
 
 
-def _run_nbval(nb_path: Path, cwd: Path, timeout: float) -> dict[int, str | None]:
-    """Run nbval (lax) on ``nb_path``; {code cell index: None if passed, else reason}."""
+def _run_nbval(nb_path: Path, cwd: Path, timeout: float, lang: str = "en") -> dict[int, str | None]:
+    """Run nbval (lax) on ``nb_path`` in a kernel speaking ``lang``; {code cell index: None if passed, else reason}."""
     junit = nb_path.with_suffix(".xml")
     ini = nb_path.parent / "pytest.ini"
     ini.write_text("[pytest]\n")  # hermetic: no project addopts or conftest from elsewhere
@@ -262,7 +288,7 @@ def _run_nbval(nb_path: Path, cwd: Path, timeout: float) -> dict[int, str | None
            "--nbval-sanitize-with", str(SANITIZE), f"--junitxml={junit}", str(nb_path)]
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     # Only nbval: other plugins cost seconds of start-up and could change the run.
-    env |= {"PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env |= {"PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "ZERO_LAB_LANG": lang}
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if not junit.exists():
         raise RuntimeError(f"nbval did not run:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -298,21 +324,21 @@ def _task_results(report: GradeReport, code: list, cell_tasks: list[list[str]], 
     return report
 
 
-def _run_cells(nb, name: str, folder: Path, timeout: float) -> dict[int, str | None]:
+def _run_cells(nb, name: str, folder: Path, timeout: float, lang: str = "en") -> dict[int, str | None]:
     n_code = sum(c.cell_type == "code" for c in nb.cells)
     with tempfile.TemporaryDirectory(prefix="zero-lab-grade-") as tmp:
         path = Path(tmp) / name
         nbformat.write(nb, path)
         try:
-            return _run_nbval(path, folder, timeout)
+            return _run_nbval(path, folder, timeout, lang)
         except subprocess.TimeoutExpired:
             return {n: f"grading timed out after {timeout:g} s" for n in range(n_code)}
 
 
 def grade(student_path, reference_path=None, timeout: float = 900) -> GradeReport:
-    """Grade one student notebook against its reference (default: same name in notebooks/)."""
+    """Grade one student notebook against its reference (default: ``default_reference``)."""
     student_path = Path(student_path)
-    reference_path = Path(reference_path or REPO / "notebooks" / student_path.name)
+    reference_path = Path(reference_path or default_reference(student_path))
     reference = nbformat.read(reference_path, as_version=4)
     report = GradeReport(str(student_path), str(reference_path))
     try:
@@ -323,7 +349,7 @@ def grade(student_path, reference_path=None, timeout: float = 900) -> GradeRepor
         return report
     folder = reference_path.resolve().parent
     nb, cell_tasks = grading_notebook(student, reference, folder)
-    results = _run_cells(nb, student_path.name, folder, timeout)
+    results = _run_cells(nb, student_path.name, folder, timeout, language(reference))
     return _task_results(report, [c for c in nb.cells if c.cell_type == "code"], cell_tasks, results)
 
 
@@ -355,7 +381,7 @@ def grade_together(releases: dict, reference_path, timeout: float = 1800) -> dic
         spans[name] = (sum(c.cell_type == "code" for c in cells), code, cell_tasks[len(cell_tasks) - len(code):])
         cells += part
     combined = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(reference.metadata))
-    results = _run_cells(combined, reference_path.name, folder, timeout)
+    results = _run_cells(combined, reference_path.name, folder, timeout, language(reference))
     return {name: _task_results(GradeReport(name, str(reference_path)), code, cell_tasks,
                                 {n - first: r for n, r in results.items() if first <= n < first + len(code)})
             for name, (first, code, cell_tasks) in spans.items()}
@@ -412,15 +438,15 @@ def grade_main(argv=None, prog="zero-lab-grade") -> int:
     p = argparse.ArgumentParser(prog=prog, description="Grade student notebooks against the "
                                 "reference notebook of the same file name.")
     p.add_argument("students", nargs="+", metavar="STUDENT.ipynb")
-    p.add_argument("--reference-dir", default=str(REPO / "notebooks"),
-                   help="default: the repository's notebooks/")
+    p.add_argument("--reference-dir", default=None,
+                   help="default: the repository's notebooks/ (notebooks/<lang>/ for an edition's notebook)")
     p.add_argument("--json", metavar="OUT.json", help="also write the reports as JSON")
     p.add_argument("--timeout", type=float, default=900, help="seconds per notebook (900)")
     args = p.parse_args(argv)
     reports = []
     for student in args.students:
         try:
-            reference = Path(args.reference_dir) / Path(student).name
+            reference = Path(args.reference_dir) / Path(student).name if args.reference_dir else None
             reports.append(grade(student, reference, args.timeout))
         except (OSError, NotebookError, RuntimeError) as e:  # e.g. no such reference notebook
             print(f"error: {student}: {e}", file=sys.stderr)
@@ -433,15 +459,17 @@ def grade_main(argv=None, prog="zero-lab-grade") -> int:
     return 0  # grading ran; the table carries the results
 
 
-def grade_class(root, reference_dir=REPO / "notebooks", timeout: float = 900, jobs: int = 1) -> list[GradeReport]:
-    """One report per student folder under ``root``, merging all their chapters' tasks.
+def grade_class(root, reference_dir=None, timeout: float = 900, jobs: int = 1) -> list[GradeReport]:
+    """One report per student folder under ``root``, merging all their chapters' tasks. Each notebook is
+    graded against ``reference_dir``'s of its name, by default ``default_reference`` (a class may mix editions).
 
     The chapters graded are those any student handed in; a student missing one of them fails its
     tasks with the reason "not handed in", so every row has the same columns.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    root, reference_dir = Path(root), Path(reference_dir)
+    pick = reference_dir is None
+    root, reference_dir = Path(root), Path(reference_dir or REPO / "notebooks")
     students = sorted(p for p in root.iterdir() if p.is_dir())
     if not students:
         raise NotebookError(f"{root}: no student folders (expected {root}/<student>/chNN_<slug>.ipynb)")
@@ -450,7 +478,7 @@ def grade_class(root, reference_dir=REPO / "notebooks", timeout: float = 900, jo
         raise NotebookError(f"{root}: no handed-in notebook matches a reference in {reference_dir}")
     jobs_list = [(s, name) for s in students for name in chapters if (s / name).exists()]
     with ThreadPoolExecutor(max(1, jobs)) as pool:  # each grade is an nbval subprocess
-        done = dict(zip(jobs_list, pool.map(lambda j: grade(j[0] / j[1], reference_dir / j[1], timeout), jobs_list)))
+        done = dict(zip(jobs_list, pool.map(lambda j: grade(j[0] / j[1], None if pick else reference_dir / j[1], timeout), jobs_list)))
     reports = []
     for s in students:
         merged = GradeReport(s.name, str(reference_dir))
@@ -480,7 +508,8 @@ def write_csv(reports: list[GradeReport], path) -> None:
 def class_main(argv=None, prog="zero-lab-grade-class") -> int:
     p = argparse.ArgumentParser(prog=prog, description="Grade a class: SUBMISSIONS/<student>/chNN_<slug>.ipynb.")
     p.add_argument("submissions", metavar="SUBMISSIONS_DIR")
-    p.add_argument("--reference-dir", default=str(REPO / "notebooks"), help="default: the repository's notebooks/")
+    p.add_argument("--reference-dir", default=None,
+                   help="default: the repository's notebooks/ (notebooks/<lang>/ for an edition's notebook)")
     p.add_argument("--csv", metavar="OUT.csv", help="also write the grade book as CSV")
     p.add_argument("--json", metavar="OUT.json", help="also write the reports as JSON")
     p.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")

@@ -188,7 +188,8 @@ def main(argv=None) -> int:
     p.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", type=Path)
     p.add_argument("--check", action="store_true", help="verify only; execute nothing")
     p.add_argument("--new", type=int, metavar="N", help="write the template for chapter N")
-    p.add_argument("--lang", choices=("zh",), help="write that edition from its translations; execute nothing")
+    p.add_argument("--lang", choices=("zh",), help="write that edition from its translations (one whose code "
+                   "cells are translated is executed in its language: course/edition.py)")
     args = p.parse_args(argv)
     if args.lang:
         return edition.main(["build", *map(str, args.notebooks), "--lang", args.lang])

@@ -843,10 +843,18 @@ def title_markdown(ch: Chapter) -> str:
     return "\n".join(lines)
 
 
-def readme_table() -> str:
+def readme_table(lang: str = "en") -> str:
     """The README's chapter table: one Markdown row per chapter (no trailing newline). The Chinese title links
-    to the chapter's Chinese edition (notebooks/zh/) where it has been built."""
+    to the chapter's Chinese edition (notebooks/zh/) where it has been built. ``lang="zh"``: README.zh.md's,
+    Chinese title first, linking the Chinese notebook."""
     notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    if lang == "zh":
+        rows = ["| # | 章节 | English | 笔记本 |", "|---|---|---|---|"]
+        for ch in CHAPTERS:
+            built = (notebooks / "zh" / ch.notebook).exists()
+            path = f"notebooks/zh/{ch.notebook}" if built else f"notebooks/{ch.notebook}"
+            rows.append(f"| {ch.number} | {ch.title_zh} | {ch.title_en} | [{ch.notebook.removesuffix('.ipynb')}]({path}) |")
+        return "\n".join(rows)
     rows = ["| # | Chapter | 章节 | Notebook |", "|---|---|---|---|"]
     for ch in CHAPTERS:
         stem = ch.notebook.removesuffix(".ipynb")

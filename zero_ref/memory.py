@@ -16,6 +16,7 @@ Models" (arXiv 2205.05198), §4: 16-bit activations and 1-byte dropout masks.
 """
 from __future__ import annotations
 
+import gettext
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -102,12 +103,16 @@ def recipe(name: str) -> Recipe:
 
 
 def recipe_table() -> str:
-    """A plain-text table of every recipe's buffers (chapters print it)."""
-    lines = [f"{'recipe':<16}{'buffer':<30}{'dtype':<6}{'B/param':>8}  partitioned from"]
+    """A plain-text table of every recipe's buffers (chapters print it), in the reader's language."""
+    def _(message: str) -> str:  # gettext: a Chinese-edition kernel binds the catalog (course/i18n.py)
+        return gettext.dgettext("zero_lab", message)
+
+    lines = [f"{_('recipe'):<16}{_('buffer'):<30}{_('dtype'):<6}{_('B/param'):>8}  {_('partitioned from')}"]
     for r in RECIPES.values():
         for b in r.buffers:
-            lines.append(f"{r.name:<16}{b.name:<30}{b.dtype:<6}{b.bytes_per_param:>8}  stage {b.sharded_from_stage}")
-        lines.append(f"{r.name:<16}{'total':<30}{'':<6}{r.bytes_per_param():>8}  (K = {r.K})")
+            stage = _("stage {n}").format(n=b.sharded_from_stage)
+            lines.append(f"{r.name:<16}{_(b.name):<30}{b.dtype:<6}{b.bytes_per_param:>8}  {stage}")
+        lines.append(f"{r.name:<16}{_('total'):<30}{'':<6}{r.bytes_per_param():>8}  (K = {r.K})")
     return "\n".join(lines)
 
 

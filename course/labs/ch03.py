@@ -6,6 +6,7 @@ as an argument.
 """
 import torch
 
+from course.i18n import _
 from zero_ref import comm
 from zero_ref.measure import unique_storage_bytes
 from zero_ref.models import GPT, make_batch
@@ -67,12 +68,12 @@ def flat_buffer_figure(toy, layout, names, straddlers):
                                         edgecolor="white"))
             ax1.text(start + e + 0.5, 1.55, f"{name}{e}", ha="center", va="center", fontsize=7)
     for e in range(toy.numel, toy.padded_numel):
-        ax1.text(e + 0.5, 1.55, "pad", ha="center", va="center", fontsize=7, color="grey")
+        ax1.text(e + 0.5, 1.55, _("pad"), ha="center", va="center", fontsize=7, color="grey")
     for r in range(1, 4):
         ax1.axvline(toy.shard_range(r)[0], color="black", linewidth=1.2)
     ax1.set_xlim(0, toy.padded_numel)
     ax1.set_ylim(0, 2.05)
-    ax1.set_yticks([0.5, 1.55], ["owner", "element"])
+    ax1.set_yticks([0.5, 1.55], [_("owner"), _("element")])
     ax1.set_title(f"{toy}", fontsize=9)
 
     draw_owners(ax2, layout, 0, 1)
@@ -85,17 +86,18 @@ def flat_buffer_figure(toy, layout, names, straddlers):
         if n > 2000:
             ax2.text(start + n / 2, 1.55, short, ha="center", va="center", fontsize=6)
         elif split:  # too thin to label inside: point at it
-            ax2.annotate(f"{short} ({n} elements, split {layout.shard_range(3)[0] - start} | "
-                         f"{start + n - layout.shard_range(3)[0]})", xy=(start + n / 2, 1.95),
+            cut = layout.shard_range(3)[0] - start
+            ax2.annotate(_("{name} ({n} elements, split {a} | {b})").format(name=short, n=n, a=cut, b=n - cut),
+                         xy=(start + n / 2, 1.95),
                          xytext=(start - 5200, 2.35), fontsize=7, color="#c62828",
                          arrowprops=dict(arrowstyle="->", color="#c62828"))
     for r in range(1, 4):
         ax2.axvline(layout.shard_range(r)[0], color="black", linewidth=1.2)
     ax2.set_xlim(0, layout.padded_numel)
     ax2.set_ylim(0, 2.7)
-    ax2.set_yticks([0.5, 1.55], ["owner", "parameter"])
-    ax2.set_xlabel("position in the flat buffer (elements)")
-    ax2.set_title(f"course GPT: {layout}", fontsize=9)
+    ax2.set_yticks([0.5, 1.55], [_("owner"), _("parameter")])
+    ax2.set_xlabel(_("position in the flat buffer (elements)"))
+    ax2.set_title(_("course GPT: {layout}").format(layout=layout), fontsize=9)
     fig.tight_layout()
     return fig
 
