@@ -151,4 +151,23 @@ def to_sequence(x):
 
 return to_sequence(causal_attention(to_heads(q), to_heads(k), to_heads(v)))
 '''},
+    # not a ring: each rank sends its own K/V block straight to every other rank and receives theirs (the
+    # same cp − 1 blocks, the same output), so the sends go to every peer instead of rank r + 1 only
+    {"26.1": '''
+cp, r = dist.get_world_size(group), dist.get_rank(group)
+ranks = dist.get_process_group_ranks(group)
+pos = [torch.tensor(zigzag_positions(q.shape[0] * cp, cp, j)) for j in range(cp)]
+qh = q.permute(1, 2, 0, 3)
+mine = torch.stack([k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)]).contiguous()
+blocks = {j: torch.empty_like(mine) for j in range(cp) if j != r}
+handles = [comm.isend(mine, ranks[j], group) for j in blocks] + [comm.irecv(blocks[j], ranks[j], group) for j in blocks]
+for h in handles:
+    h.wait()
+blocks[r] = mine
+out, lse = block_forward(qh, mine[0], mine[1], pos[r][None, :] <= pos[r][:, None])
+for j in blocks:
+    if j != r:
+        out, lse = merge(out, lse, *block_forward(qh, blocks[j][0], blocks[j][1], pos[j][None, :] <= pos[r][:, None]))
+return out.permute(2, 0, 1, 3)
+'''},
 ]
