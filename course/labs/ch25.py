@@ -1,5 +1,5 @@
-"""Chapter 25's experiments: the MoE GPT on expert-parallel ranks and in one process, DeepSpeed's MoE layer,
-and the harness of Task 25.3's check.
+"""Chapter 25's experiments: the MoE GPT on expert-parallel ranks and in one process, DeepSpeed's MoE layer
+(zero_ref.ds.moe.layer.MoE), the harnesses of Tasks 25.1 and 25.2's checks, and DeepSeek-V3's price.
 
 Rank functions take what they need as arguments, so ``zero_ref.launch`` ships them by name.
 """

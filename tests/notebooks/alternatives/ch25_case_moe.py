@@ -37,21 +37,6 @@ return torch.zeros_like(x).index_copy(0, kept, back[rows] * p[kept].unsqueeze(1)
 }
 
 WRONG = {
-    # the combine forgets the gate weight: each kept token gets its expert's row unweighted (and the gate no gradient)
-    "25.2": '''
-n, d = x.shape
-e = gate_weight.shape[0]
-p, choice = torch.softmax(x @ gate_weight.T, dim=-1).max(dim=-1)
-cap = math.ceil(n * capacity_factor / e)
-onehot = F.one_hot(choice, e)
-slot = ((onehot.cumsum(0) - 1) * onehot).sum(-1)
-kept = slot < cap
-rows = (choice * cap + slot)[kept]
-buffer = x.new_zeros(e * cap, d).index_copy(0, rows, x[kept])
-out = all_to_all(expert(all_to_all(buffer, group)), group)
-y = x.new_zeros(n, d).index_add(0, kept.nonzero().squeeze(1), out[rows])
-return y, int((~kept).sum())
-''',
 }
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
@@ -144,6 +129,21 @@ rows = (choice * cap + slot)[kept]
 buffer = x.new_zeros(e * cap, d).index_copy(0, rows, x[kept])
 out = all_to_all(expert(all_to_all(buffer, group)), group)
 y = x.new_zeros(n, d).index_add(0, kept.nonzero().squeeze(1), out[rows] * p[kept].unsqueeze(1))
+return y, int((~kept).sum())
+'''},
+    # the combine forgets the gate weight: each kept token gets its expert's row unweighted (and the gate no gradient)
+    {"25.2": '''
+n, d = x.shape
+e = gate_weight.shape[0]
+p, choice = torch.softmax(x @ gate_weight.T, dim=-1).max(dim=-1)
+cap = math.ceil(n * capacity_factor / e)
+onehot = F.one_hot(choice, e)
+slot = ((onehot.cumsum(0) - 1) * onehot).sum(-1)
+kept = slot < cap
+rows = (choice * cap + slot)[kept]
+buffer = x.new_zeros(e * cap, d).index_copy(0, rows, x[kept])
+out = all_to_all(expert(all_to_all(buffer, group)), group)
+y = x.new_zeros(n, d).index_add(0, kept.nonzero().squeeze(1), out[rows])
 return y, int((~kept).sum())
 '''},
 ]

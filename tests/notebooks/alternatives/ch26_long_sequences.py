@@ -65,6 +65,10 @@ for step in range(cp):
         k_cur, v_cur = pass_on(k_cur, v_cur)
 return dq.permute(2, 0, 1, 3), dk_acc.permute(2, 0, 1, 3), dv_acc.permute(2, 0, 1, 3)
 ''',
+    # selective recomputation with FlashAttention: nothing left for it to redo, the same step as none
+    "26.4": '''
+return sim.Plan(tp=8, sequence_parallel=True, recompute="selective", attention="flash", zero_stage=1)
+''',
 }
 
 WRONG = {
@@ -169,5 +173,19 @@ for j in blocks:
     if j != r:
         out, lse = merge(out, lse, *block_forward(qh, blocks[j][0], blocks[j][1], pos[j][None, :] <= pos[r][:, None]))
 return out.permute(2, 0, 1, 3)
+'''},
+    # less tensor parallelism, so full recomputation to fit: tp 2 fits at 32k with FlashAttention, but the
+    # recomputed forward costs more than TP 8's collectives
+    {"26.4": '''
+return sim.Plan(tp=2, dp=4, zero_stage=1, sequence_parallel=True, recompute="full", attention="flash")
+'''},
+    # FlashAttention without SP: the 10sbh that TP replicates, at 32k tokens, no longer fits in 80 GB
+    {"26.4": '''
+return sim.Plan(tp=8, dp=1, zero_stage=1, sequence_parallel=False, recompute="none", attention="flash")
+'''},
+    # the section's answer before FlashAttention: TP 8 + SP with selective recomputation and eager attention fits
+    # at 32k, but recomputes the scores and runs them as unfused kernels: about half the best MFU
+    {"26.4": '''
+return sim.Plan(tp=8, dp=1, zero_stage=1, sequence_parallel=True, recompute="selective", attention="eager")
 '''},
 ]
