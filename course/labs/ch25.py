@@ -1,5 +1,5 @@
-"""Chapter 25's experiments: the MoE GPT on expert-parallel ranks and in one process, DeepSpeed's MoE layer,
-and the harness of Task 25.3's check.
+"""Chapter 25's experiments: the MoE GPT on expert-parallel ranks and in one process, DeepSpeed's MoE layer
+(zero_ref.ds.moe.layer.MoE), the harnesses of Tasks 25.1 and 25.2's checks, and DeepSeek-V3's price.
 
 Rank functions take what they need as arguments, so ``zero_ref.launch`` ships them by name.
 """
@@ -119,7 +119,7 @@ def ep_moe_run(rank, world, ep_moe):
     """The student's layer on this rank against zero_ref's single-process MoE holding every expert."""
     import copy
 
-    cfg, n, cf = GPTConfig(vocab_size=8, seq_len=16, d_model=16, n_heads=2, n_layers=1), 16, 1.0
+    cfg, n, cf = GPTConfig(vocab_size=8, seq_len=18, d_model=16, n_heads=2, n_layers=1), 18, 1.0
     torch.manual_seed(0)
     ref = moe.MoE(cfg, num_experts=world, k=1, capacity_factor=cf)
     xs = [torch.randn(n, cfg.d_model, requires_grad=True) for _ in range(world)]   # every rank's tokens
@@ -212,3 +212,35 @@ def dsv3_sim(c=DSV3):
 def dsv3_attention_flops(c=DSV3) -> float:
     """Forward FLOPs of one layer's causal attention core on one sequence: s²/2 · heads · 2·(d_qk + d_v)."""
     return c["seq"] ** 2 * c["heads"] * (c["qk_nope"] + c["qk_rope"] + c["v_head"])
+
+
+def dsv3_price(c=DSV3) -> dict:
+    """One MoE layer of DeepSeek-V3, one sequence, per GPU, priced as the simulator prices it (seconds).
+
+    compute   the active parameters' GEMMs forward + backward (3 × 2·N·s) at the GEMM rate, plus the causal
+              attention core as ``sim.cost.flops.layer_flops`` books FlashAttention: forward, and 2.5 × it in
+              backward, at FlashAttention's efficiency
+    a2a       ``sim.cost.moe``'s four all-to-alls, every copy of a token sent in bf16 to its expert's GPU
+    routed    a2a with DeepSeek's routing and FP8 (§3.3–3.4): one InfiniBand copy per node and at most
+              ``max_nodes`` nodes where the simulator sends (ep − 8)/ep of the k copies across; the forward
+              dispatch and the backward's activation gradients to the experts in FP8, both combines in bf16
+              (2 of the 4 all-to-alls at half the bytes: × 3/4)
+    and tokens per GPU per second: published (180K GPU hours per trillion tokens), and simulated with every
+    all-to-all exposed or all hidden."""
+    import sim
+    from sim.cost.cost_model import CostModel
+    from sim.cost.moe import moe_cost
+    model, h800, plan, experts = dsv3_sim(c)
+    cost = moe_cost(model, h800, plan, experts)
+    gemm_rate = CostModel(h800, plan).flops_rate
+    attention_rate = h800.gpu.peak_flops * sim.Costs().attention_efficiency
+    _, active, layer_active = dsv3_params(c)
+    attention = (1 + 2.5) * dsv3_attention_flops(c) / attention_rate          # forward + FlashAttention's backward
+    compute = 3 * 2 * layer_active * c["seq"] / gemm_rate + attention
+    a2a = cost.all_to_all["forward"] + cost.all_to_all["backward"]
+    routed = a2a * c["max_nodes"] / (c["k"] * (c["ep"] - c["gpus_per_node"]) / c["ep"]) * 3 / 4
+    per_token = 6 * active / gemm_rate + (c["layers"] * attention) / c["seq"]
+    moe_layers = c["layers"] - c["dense_layers"]
+    return dict(compute=compute, a2a=a2a, routed=routed, mfu_peak=h800.gpu.peak_flops,
+                published=1e12 / (c["gpu_hours_per_trillion"] * 3600),
+                exposed=1 / (per_token + moe_layers * routed / c["seq"]), hidden=1 / per_token, active=active)

@@ -10,8 +10,10 @@ same formulas the real implementations send (``zero_ref.parallel.context``), per
 
     ring     K/V block of 2·b·(s/cp)·(kv/tp)·d·e bytes, sent cp − 1 times forward, and in backward
              cp − 1 times plus the dK/dV block cp times. Each forward send overlaps one block of
-             attention (1/cp of the rank's attention core); backward sends two blocks per step
-             beside a block of backward attention (twice the forward's FLOPs); the last step's
+             attention (1/cp of the rank's attention core, timed as ``sim.simulate`` times it: the
+             causal FlashAttention kernels with ``attention='flash'``, the full s² as GEMMs otherwise);
+             backward sends two blocks per step beside a block of backward attention (twice the
+             forward's FLOPs, plus what it recomputes); the last step's
              dK/dV, sent home, has nothing left to hide behind. Exposed per layer:
                  forward   (cp − 1) · max(0, t_send − t_block)
                  backward  (cp − 1) · max(0, 2·t_send − 2·t_block) + t_send
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from sim.cost.collectives import point_to_point, reduce_scatter
 from sim.cost.cost_model import CostModel, link_terms
 from sim.cost.costs import Costs
-from sim.cost.flops import attention_core_flops
+from sim.cost.flops import CAUSAL, attention_core_flops
 from sim.spec.topology import Link, group_link
 from zero_ref.memory import activation_bytes_per_layer
 from zero_ref.parallel.context import check_ulysses, check_zigzag, ring_bytes, ulysses_bytes
@@ -91,9 +93,15 @@ def context_cost(model, cluster, plan, costs: Costs | None = None) -> ContextCos
     link = group_link(cp_ranks(plan), cluster)
     cm = CostModel(cluster, plan, costs)
     _, alpha, bw = link_terms(link, cm.costs)
-    # the attention core this rank computes: its s/cp queries over all s keys, its heads/tp heads
-    attention = {"forward": attention_core_flops(model, b) / (tp * cp) / cm.flops_rate}
-    attention["backward"] = 2 * attention["forward"]
+    # the attention core this rank computes (its s/cp queries over all s keys, its heads/tp heads),
+    # timed as sim.simulate times it (sim.step.lowering, ``core_work``): the backward also redoes the core
+    # under selective recomputation and FlashAttention's scores; 'flash' runs only the causal blocks
+    # at FlashAttention's efficiency, 'eager' the full s² at the GEMM rate
+    core = attention_core_flops(model, b) / (tp * cp)
+    rc, flash = plan.recompute, plan.attention == "flash"
+    redo = core if rc == "selective" else core / 2 if flash and rc == "none" else 0.0
+    rate = cluster.gpu.peak_flops * cm.costs.attention_efficiency / CAUSAL if flash else cm.flops_rate
+    attention = {"forward": core / rate, "backward": (2 * core + redo) / rate}
     if plan.cp_kind == "ring":
         sent = ring_bytes(b, s, kv // tp, d, cp, width)
         t_send = point_to_point(sent["forward"] / (cp - 1), alpha, bw) if cp > 1 else 0.0

@@ -209,3 +209,17 @@ def test_cp_across_nodes_shares_the_nic_in_the_event_engine():
     assert link.streams == ("dp_comm", "cp_comm")
     lst, ev = (sim.simulate(GQA, c, plan, engine=e) for e in ("list", "events"))
     assert ev.step_time >= lst.step_time * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+def test_ring_block_is_the_steps_attention_block(attention, recompute):
+    # context_cost times a ring block as sim.simulate does: FlashAttention's causal kernels at their own
+    # rate ('flash'), the full s² as GEMMs ('eager'); backward with what it recomputes
+    model = sim.Model("m", layers=2, hidden=4096, heads=32, vocab=32000, seq=16384)
+    c = cluster("H100-80GB", nodes=1)
+    plan = sim.Plan(cp=8, num_microbatches=1, attention=attention, recompute=recompute)
+    cost = context_cost(model, c, plan)
+    blocks = sorted({round(e.end - e.start, 15) for e in sim.simulate(model, c, plan).events if e.kind == "attention"})
+    assert len(blocks) == 2    # a forward block, a backward block
+    assert blocks == pytest.approx([cost.attention["forward"] / 8, cost.attention["backward"] / 8], rel=1e-9)

@@ -65,6 +65,10 @@ for step in range(cp):
         k_cur, v_cur = pass_on(k_cur, v_cur)
 return dq.permute(2, 0, 1, 3), dk_acc.permute(2, 0, 1, 3), dv_acc.permute(2, 0, 1, 3)
 ''',
+    # selective recomputation with FlashAttention: nothing left for it to redo, the same step as none
+    "26.4": '''
+return sim.Plan(tp=8, sequence_parallel=True, recompute="selective", attention="flash", zero_stage=1)
+''',
 }
 
 WRONG = {
@@ -150,5 +154,38 @@ def to_sequence(x):
     return all_to_all(chunks, group).permute(1, 2, 0, 3, 4).reshape(s_local, b, heads, d)
 
 return to_sequence(causal_attention(to_heads(q), to_heads(k), to_heads(v)))
+'''},
+    # not a ring: each rank sends its own K/V block straight to every other rank and receives theirs (the
+    # same cp − 1 blocks, the same output), so the sends go to every peer instead of rank r + 1 only
+    {"26.1": '''
+cp, r = dist.get_world_size(group), dist.get_rank(group)
+ranks = dist.get_process_group_ranks(group)
+pos = [torch.tensor(zigzag_positions(q.shape[0] * cp, cp, j)) for j in range(cp)]
+qh = q.permute(1, 2, 0, 3)
+mine = torch.stack([k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)]).contiguous()
+blocks = {j: torch.empty_like(mine) for j in range(cp) if j != r}
+handles = [comm.isend(mine, ranks[j], group) for j in blocks] + [comm.irecv(blocks[j], ranks[j], group) for j in blocks]
+for h in handles:
+    h.wait()
+blocks[r] = mine
+out, lse = block_forward(qh, mine[0], mine[1], pos[r][None, :] <= pos[r][:, None])
+for j in blocks:
+    if j != r:
+        out, lse = merge(out, lse, *block_forward(qh, blocks[j][0], blocks[j][1], pos[j][None, :] <= pos[r][:, None]))
+return out.permute(2, 0, 1, 3)
+'''},
+    # less tensor parallelism, so full recomputation to fit: tp 2 fits at 32k with FlashAttention, but the
+    # recomputed forward costs more than TP 8's collectives
+    {"26.4": '''
+return sim.Plan(tp=2, dp=4, zero_stage=1, sequence_parallel=True, recompute="full", attention="flash")
+'''},
+    # FlashAttention without SP: the 10sbh that TP replicates, at 32k tokens, no longer fits in 80 GB
+    {"26.4": '''
+return sim.Plan(tp=8, dp=1, zero_stage=1, sequence_parallel=False, recompute="none", attention="flash")
+'''},
+    # the section's answer before FlashAttention: TP 8 + SP with selective recomputation and eager attention fits
+    # at 32k, but recomputes the scores and runs them as unfused kernels: about half the best MFU
+    {"26.4": '''
+return sim.Plan(tp=8, dp=1, zero_stage=1, sequence_parallel=True, recompute="selective", attention="eager")
 '''},
 ]
