@@ -230,7 +230,7 @@ def gather_groups(got, qwz):
     return [n for o, d, _, n in got if o == "all_gather" and (d == "int8" or not qwz)]
 
 
-def expected(plain, world, qwz=False, g=1, qgz=False, groups=None):
+def expected(plain, world, qwz=False, g=1, qgz=False, groups=None, block=GRAD_BLOCK):
     """The step's collectives under ZeRO++, from plain ZeRO-3's: each gather quantized (over its group:
     ``groups[i]`` ranks, each quantizing its 1/groups[i] of the unit) and/or each reduce-scatter as qgZ's
     all-to-alls."""
@@ -241,7 +241,7 @@ def expected(plain, world, qwz=False, g=1, qgz=False, groups=None):
             i += 1
             out += [(o, d, b, n) for o, d, b in (qwz_pair(nbytes, n) if qwz else [(op, dtype, nbytes)])]
         elif op == "reduce_scatter" and qgz:
-            out += qgz_steps(nbytes, world, node)
+            out += qgz_steps(nbytes, world, node, block)
         else:
             out.append((op, dtype, nbytes, n))
     return out
