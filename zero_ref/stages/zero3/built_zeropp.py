@@ -64,6 +64,8 @@ def read_zeropp(config, group, zero_param_parallel_group=None, quantized_weights
         hpz = z.zero_hpz_partition_size
         quantized_weights = quantized_weights or z.zero_quantized_weights
         quantized_nontrainable_weights = quantized_nontrainable_weights or z.zero_quantized_nontrainable_weights
+    if zero_param_parallel_group is None and hpz <= 1:
+        return BuiltZeroPP(1, bool(quantized_weights), bool(quantized_nontrainable_weights))
     n = dist.get_world_size(group)
     if zero_param_parallel_group is not None:
         sub, g = zero_param_parallel_group, dist.get_world_size(zero_param_parallel_group)
