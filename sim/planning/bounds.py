@@ -88,7 +88,7 @@ def _zeropp_kernel_bytes(model, plan) -> tuple[float, float]:
         return 0.0, 0.0
     r = recipe(plan.precision)
     chunk = model.num_params / (plan.tp * plan.pp * plan.virtual)
-    gather = zeropp.gather(plan, chunk, r.bytes_per_param("params"), True)[1]  # linear in the parameters
+    gather = zeropp.gather_kernel_bytes(plan, chunk, r.bytes_per_param("params"), dp)  # the widest group: fewest
     gathers_backward = not frameworks.keeps_gathered(plan)
     reduce = zeropp.reduce_kernel_bytes(plan, chunk, r.bytes_per_param("grads")) \
         if plan.zero_quantized_gradients else 0.0
