@@ -68,6 +68,25 @@ def test_every_element_within_half_a_block_scale_and_bytes_exact(numel, bits):
     assert nbytes == n * bits // 8 + 4 * block_count(n) == block_quant.quantized_bytes(numel, bits)
 
 
+def test_block_count_is_deepspeeds_loop_at_any_size():
+    """block_count finds DeepSpeed's count (CUDAQuantizer.quantize's ``groups += 1`` loop, then its doubling)
+    through divisors, so the planner can count the blocks of whole layers."""
+    import math
+    import random
+
+    def loop(numel):
+        groups = math.ceil(numel / 8000)
+        while groups < numel and numel % (8 * groups):
+            groups += 1
+        while numel % (16 * groups) == 0 and numel / groups > 8000:
+            groups *= 2
+        return groups
+
+    rng = random.Random(0)
+    sizes = [8, 16, 512, 8000, 8008, 16000, 96008, 8 * 1_000_003] + [8 * rng.randint(1, 2_000_000) for _ in range(500)]
+    assert [block_count(n) for n in sizes] == [loop(n) for n in sizes]
+
+
 def test_a_truncating_quantizer_breaks_the_bound():
     x = torch.randn(4096)
     assert block_error(x, 8, truncating)[0] > 0.1 * x.abs().max().item() / 127
