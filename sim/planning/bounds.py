@@ -79,6 +79,22 @@ def memory_lower_bound(model, plan) -> dict[str, float]:
             "cpu": sum(static["cpu"].values()), "nvme": sum(static["nvme"].values())}
 
 
+def _zeropp_kernel_bytes(model, plan) -> tuple[float, float]:
+    """HBM bytes ZeRO++'s (de)quantize kernels add to one forward and one backward of a model chunk at least
+    (sim.step.lowering adds them to the compute that uses each gather: qwZ's per gather, each counted over the
+    widest group, qgZ's per backward); 0 where the simulator adds none."""
+    dp = plan.dp * plan.cp
+    if not (plan.zeropp and _is_zero3_gathering(plan) and dp > 1) or plan.schedule == "zb-h1":
+        return 0.0, 0.0
+    r = recipe(plan.precision)
+    chunk = model.num_params / (plan.tp * plan.pp * plan.virtual)
+    gather = zeropp.gather_kernel_bytes(plan, chunk, r.bytes_per_param("params"), dp)  # the widest group: fewest
+    gathers_backward = not frameworks.keeps_gathered(plan)
+    reduce = zeropp.reduce_kernel_bytes(plan, chunk, r.bytes_per_param("grads")) \
+        if plan.zero_quantized_gradients else 0.0
+    return gather, gather * gathers_backward + reduce
+
+
 def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | None = None,
                      head: bool = True, cost_model: CostModel | None = None) -> float:
     """Seconds the simulated step takes at least (see the module docstring).
@@ -98,7 +114,9 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
     ew = {k: x / cp for k, x in layer_elementwise_bytes(model, b, tp=tp, sp=sp, width=width,
                                                          attention=plan.attention).items()}
     ew_b = ew["backward"] + {"none": 0.0, "selective": ew["attention_core"], "full": ew["forward"]}[rc]
-    f_c, b_c = d(Compute(n * fwd, n * ew["forward"], n * fwd_a)), d(Compute(n * bwd, n * ew_b, n * bwd_a))
+    k_f, k_b = _zeropp_kernel_bytes(model, plan)
+    f_c = d(Compute(n * fwd, n * ew["forward"] + k_f, n * fwd_a))
+    b_c = d(Compute(n * bwd, n * ew_b + k_b, n * bwd_a))
     if tp > 1:
         msg = 2 * width * b * model.seq * model.hidden / cp
         op, per_layer = ("all_gather", 4) if sp else ("all_reduce", 2)
@@ -142,9 +160,11 @@ def time_lower_bound(model, cluster, plan, costs=None, *, granularity: int | Non
             groups = n // gl
             gathers = 1 if frameworks.keeps_gathered(plan) else 2
             gather = d(Collective("all_gather", chunk / groups * pb, frameworks.gather_axis(plan)))
-            if plan.zeropp:  # ZeRO++: each gather at least its cheaper kind (hpZ: the sub-group's)
-                gather = min(d(zeropp.gather(plan, chunk / groups, pb, primary)[0]) for primary in (True, False))
-            bound = max(bound, v * m * (gathers * groups * gather + reduce))
+            busy = v * m * (gathers * groups * gather + reduce)
+            if plan.zeropp:  # ZeRO++: per step, each group's first gather from the primary, the rest (hpZ) not
+                first, later = (d(zeropp.gather(plan, chunk / groups, pb, primary)[0]) for primary in (True, False))
+                busy = v * groups * first + (v * m * gathers - v) * groups * later + v * m * reduce
+            bound = max(bound, busy)
     if _is_zero3_gathering(plan) and plan.offload_param != "none":  # parameter copies, one at a time
         gl = n if granularity is None else granularity
         fetches, group = 2 * v * m * (n // gl), params / (v * (n // gl))

@@ -88,8 +88,9 @@ class Space:
     # The highest ZeRO stage allowed together with pp > 1; None: the framework's (1 or 3).
     max_zero_with_pp: int | None = None
     # DeepSpeed ZeRO-3 on several nodes: also try ZeRO++ (sim.step.zeropp) with hpZ over the data-parallel
-    # ranks of a node: hpZ alone (exact), and qwZ + hpZ + qgZ (quantized). Off by default: it triples the
-    # multi-node ZeRO-3 plans, and their time bounds prune few of them (``python -m sim plan --zeropp``).
+    # ranks of a node: hpZ alone (exact), and qwZ + hpZ + qgZ (quantized). It triples the multi-node ZeRO-3
+    # plans; their time bounds (each group's first gather of a step from the primary, the rest in the node; the
+    # (de)quantize kernels on the compute stream) skip most of them. Off by default (``python -m sim plan --zeropp``).
     zeropp: bool = False
 
     def __post_init__(self):

@@ -61,8 +61,13 @@ def gather(plan, params: float, param_bytes: int, primary: bool) -> tuple[Collec
     gather of the unit (hpZ: over all of dp, the later ones over the sub-group)."""
     axis = "dp" if primary or plan.hpz == 1 else "dp_hpz"
     n = plan.dp * plan.cp if axis == "dp" else plan.hpz
-    kernels = params * (param_bytes + 1) * (1 + 1 / n) if plan.zero_quantized_weights else 0.0
-    return Collective("all_gather", gather_bytes(plan, params, param_bytes, n), axis), kernels
+    return Collective("all_gather", gather_bytes(plan, params, param_bytes, n), axis), \
+        gather_kernel_bytes(plan, params, param_bytes, n)
+
+
+def gather_kernel_bytes(plan, params: float, param_bytes: int, n: int) -> float:
+    """HBM bytes of qwZ's kernels for one all-gather of ``params`` over ``n`` ranks (module docstring)."""
+    return params * (param_bytes + 1) * (1 + 1 / n) if plan.zero_quantized_weights else 0.0
 
 
 def grad_reduce(plan, params: float) -> list[Collective]:

@@ -1,8 +1,11 @@
 """ZeRO++ in the simulator: each link's bytes are the paper's and zero_ref's, hpZ's memory, the planner picks it."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import sim
-from sim.planning.search import Space, describe, search
+from sim.calibration import calibrate
+from sim.planning.bounds import memory_lower_bound, time_lower_bound
+from sim.planning.search import Space, describe, granularity_for, search
 from sim.spec.plan import Plan
 from sim.cost.work import Compute
 from sim.step.graph import STREAMS
@@ -20,6 +23,7 @@ MODEL = sim.Model.preset("gpt3-125m")
 PSI, L = MODEL.num_params, MODEL.layers
 P = PSI / L             # one layer: a gather unit and (reduce_bucket_size=1) a gradient bucket
 ALL = dict(zero_quantized_weights=True, zero_hpz_partition_size=G, zero_quantized_gradients=True)
+COSTS = calibrate.calibrate()
 
 
 def plan(**kw):
@@ -157,3 +161,33 @@ def test_zeropp_keeps_every_flop_of_the_layer():
         r = sim.simulate(model, cluster, plan, granularity="stage")
         assert r.step_time >= time_lower_bound(model, cluster, plan, granularity=r.graph.group_sizes[0])
         assert r.busy["compute"][0] >= plain.busy["compute"][0] * (1 - 1e-12)
+
+
+zeropp_plans = st.builds(
+    dict, tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), nodes=st.sampled_from([2, 4]),
+    mbs=st.sampled_from([1, 2]), k=st.integers(1, 3), recompute=st.sampled_from(["none", "selective", "full"]),
+    schedule=st.sampled_from(["1f1b", "interleaved"]), precision=st.sampled_from(["bf16", "fp32"]),
+    qw=st.booleans(), hpz=st.booleans(), qg=st.booleans(), fine=st.booleans(), calibrated=st.booleans(),
+    offload=st.sampled_from(["none", "cpu"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(zeropp_plans)
+def test_the_bounds_hold_for_zeropp_plans(x):
+    """search's pruning stays safe with ZeRO++: its time bound (each group's first gather of a step from the
+    primary, the rest from hpZ's sub-group; the (de)quantize kernels on the compute stream) and memory bound
+    (the secondary shard) never exceed the simulator's step and peak."""
+    gpn = 8
+    dp = x["nodes"] * gpn // (x["tp"] * x["pp"])
+    g = gpn // x["tp"] if x["hpz"] else 1
+    plan = Plan(zero_stage=3, tp=x["tp"], pp=x["pp"], dp=dp, micro_batch_size=x["mbs"],
+                num_microbatches=x["k"] * x["pp"], schedule=x["schedule"] if x["pp"] > 1 else "1f1b",
+                virtual=2 if x["schedule"] == "interleaved" and x["pp"] > 1 else 1, recompute=x["recompute"],
+                precision=x["precision"], offload_optimizer=x["offload"], zero_quantized_weights=x["qw"],
+                zero_hpz_partition_size=g, zero_quantized_gradients=x["qg"], attention="flash")
+    cl = sim.Cluster.preset("A100-80GB", nodes=x["nodes"], gpus_per_node=gpn)
+    costs = COSTS if x["calibrated"] else sim.Costs()
+    gran = 1 if x["fine"] else granularity_for(MODEL, plan)
+    r = sim.simulate(MODEL, cl, plan, costs, granularity=gran)
+    assert time_lower_bound(MODEL, cl, plan, costs, granularity=gran) <= r.step_time * (1 + 1e-12)
+    assert memory_lower_bound(MODEL, plan)["total"] <= r.peak_gpu_bytes * (1 + 1e-12)

@@ -295,7 +295,7 @@ def run_init_keywords(rank, world):
     with GatheredParameters(built.parameters(), modifier_rank=0, enabled=False):
         out["gather_disabled"] = all(p.numel() == 0 for p in built.parameters())
     errors = []
-    for kw in ({"remote_device": "nvme"}, {"zero_quantized_weights": True},
+    for kw in ({"remote_device": "nvme"}, {"sequence_data_parallel_group": torch.distributed.group.WORLD},
                {"group": torch.distributed.group.WORLD, "data_parallel_group": torch.distributed.group.WORLD}):
         try:
             Init(**kw)
@@ -312,7 +312,8 @@ def test_zero_init_takes_deepspeeds_keywords_and_rank0s_values():
         assert res["module_kw"] == (True, 0)
         assert res["disabled"] and res["gather_disabled"]
         assert [e.split(":")[1].strip().split(" ")[0] for e in res["errors"]] == ["remote_device='nvme'",
-                                                                              "zero_quantized_weights", "give"]
+                                                                              "sequence_data_parallel_group",
+                                                                              "give"]
 
 
 # ---------------------------------------------------------------- different control flow on different ranks

@@ -68,6 +68,25 @@ def test_every_element_within_half_a_block_scale_and_bytes_exact(numel, bits):
     assert nbytes == n * bits // 8 + 4 * block_count(n) == block_quant.quantized_bytes(numel, bits)
 
 
+def test_block_count_is_deepspeeds_loop_at_any_size():
+    """block_count finds DeepSpeed's count (CUDAQuantizer.quantize's ``groups += 1`` loop, then its doubling)
+    through divisors, so the planner can count the blocks of whole layers."""
+    import math
+    import random
+
+    def loop(numel):
+        groups = math.ceil(numel / 8000)
+        while groups < numel and numel % (8 * groups):
+            groups += 1
+        while numel % (16 * groups) == 0 and numel / groups > 8000:
+            groups *= 2
+        return groups
+
+    rng = random.Random(0)
+    sizes = [8, 16, 512, 8000, 8008, 16000, 96008, 8 * 1_000_003] + [8 * rng.randint(1, 2_000_000) for _ in range(500)]
+    assert [block_count(n) for n in sizes] == [loop(n) for n in sizes]
+
+
 def test_a_truncating_quantizer_breaks_the_bound():
     x = torch.randn(4096)
     assert block_error(x, 8, truncating)[0] > 0.1 * x.abs().max().item() / 127
@@ -230,7 +249,7 @@ def gather_groups(got, qwz):
     return [n for o, d, _, n in got if o == "all_gather" and (d == "int8" or not qwz)]
 
 
-def expected(plain, world, qwz=False, g=1, qgz=False, groups=None):
+def expected(plain, world, qwz=False, g=1, qgz=False, groups=None, block=GRAD_BLOCK):
     """The step's collectives under ZeRO++, from plain ZeRO-3's: each gather quantized (over its group:
     ``groups[i]`` ranks, each quantizing its 1/groups[i] of the unit) and/or each reduce-scatter as qgZ's
     all-to-alls."""
@@ -241,7 +260,7 @@ def expected(plain, world, qwz=False, g=1, qgz=False, groups=None):
             i += 1
             out += [(o, d, b, n) for o, d, b in (qwz_pair(nbytes, n) if qwz else [(op, dtype, nbytes)])]
         elif op == "reduce_scatter" and qgz:
-            out += qgz_steps(nbytes, world, node)
+            out += qgz_steps(nbytes, world, node, block)
         else:
             out.append((op, dtype, nbytes, n))
     return out
@@ -415,3 +434,90 @@ def test_a_control_flow_mismatch_under_zeropp_is_a_clear_error():
     for at in (1, 3):  # headers before each collective; then the recorded order, checked at the end
         for msg in zero_ref.launch(diverge, 2, at, timeout=120):
             assert "rank 0 gathers 'blocks.1.ln1' for forward while rank 1 gathers 'ln_f' for forward" in msg, msg
+
+
+# ---------------------------------------------------------------- built under zero.Init (DeepSpeed's Init.__init__)
+
+def init_config(**zero):
+    return {"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.0,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
+                                  **zero}}
+
+
+def built_run(rank, world, how):
+    """Train STEPS steps under the config with qwZ and hpZ 2; the model built as ``how`` says."""
+    import warnings
+    from zero_ref.ds import zero as ds_zero
+    from zero_ref.stages.zero3.secondary_partition import new_subgroups
+    nontrainable = how.endswith("nontrainable")  # qnW instead of qwZ
+    cfg = init_config(zero_quantized_weights=not nontrainable, zero_hpz_partition_size=2,
+                      zero_quantized_nontrainable_weights=nontrainable)
+    if how.startswith("plain"):
+        model = build_model()
+    elif how == "keywords":  # DeepSpeed's keywords instead of the config: the hpZ group itself, qwZ
+        with ds_zero.Init(zero_param_parallel_group=new_subgroups(None, 2), zero_quantized_weights=True):
+            model = build_model()
+    else:  # "init", "init_nontrainable": the config; "bare": zero.Init() knows no ZeRO++
+        with ds_zero.Init(config_dict_or_path=None if how == "bare" else cfg):
+            model = build_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine, *_ = zero_ref.initialize(model=model, config=cfg)
+    losses, log_all = [], []
+    for step in range(STEPS):
+        with comm.recording() as log:
+            _, loss = engine(*micro_batch(step, 0, rank, world, 1))
+            engine.backward(loss)
+            engine.step()
+        losses.append(loss.item())
+        log_all.append(records(log))
+    units = engine.optimizer.units
+    frozen = [u.unit.zeropp is not None and u.unit.zeropp.quantize for u in units if not u.params[0].requires_grad]
+    secondary_groups = {None if u.unit.zeropp is None or u.unit.zeropp.subgroup is None
+                        else comm.get_world_size(u.unit.zeropp.subgroup) for u in units}
+    return dict(losses=losses, records=log_all, state=engine.optimizer.state_dict(), frozen=frozen,
+                secondary_groups=secondary_groups,
+                warnings=[str(w.message) for w in caught if "zero.Init built" in str(w.message)])
+
+
+@pytest.fixture(scope="module")
+def built():
+    return {how: zero_ref.launch(built_run, 4, how, timeout=300)
+            for how in ("plain", "init", "keywords", "bare", "plain_nontrainable", "init_nontrainable")}
+
+
+@pytest.mark.slow
+def test_init_reads_the_zeropp_keys_and_trains_as_without_it(built):
+    """zero.Init(config_dict_or_path=cfg) then initialize(cfg): the same collectives, bytes, losses and weights,
+    bit for bit, as the model built without Init (4 ranks, hpZ sub-groups of 2, qwZ); so do DeepSpeed's keywords."""
+    for how in ("init", "keywords"):
+        for plain, got in zip(built["plain"], built[how]):
+            assert got["records"] == plain["records"] and got["losses"] == plain["losses"]
+            assert all(torch.equal(got["state"][k], v) for k, v in plain["state"].items())
+            assert got["secondary_groups"] == {2} and got["warnings"] == []
+    ops = {(op, dtype, n) for step in built["plain"][0]["records"] for op, dtype, _, n in step}
+    assert {("all_gather", "int8", 4), ("all_gather", "int8", 2)} <= ops  # qwZ over all ranks, then in the node
+
+
+@pytest.mark.slow
+def test_a_bare_init_keeps_hpz_off_as_deepspeed_does(built):
+    """Parameters zero.Init() built without ZeRO++ keep no secondary partition under an hpZ config (DeepSpeed
+    0.19.8 converts only parameters no Init partitioned): every gather spans the 4 ranks, and a warning says so."""
+    for res in built["bare"]:
+        assert res["secondary_groups"] == {None}
+        assert {n for step in res["records"] for op, _, _, n in step if op == "all_gather"} == {4}
+        assert len(res["warnings"]) == 1 and "zero_hpz_partition_size 1 (initialize's config: 2)" in res["warnings"][0]
+
+
+@pytest.mark.slow
+def test_nontrainable_quantization_is_decided_when_init_partitions(built):
+    """zero_quantized_nontrainable_weights quantizes a weight frozen when it is partitioned: the toy's position
+    embedding is frozen after construction, so under zero.Init its gathers stay full precision (DeepSpeed stores
+    only weights frozen at partition time in int8), with a warning; built without Init it is frozen when
+    initialize partitions it, and its gathers are quantized."""
+    for init, plain in zip(built["init_nontrainable"], built["plain_nontrainable"]):
+        assert plain["frozen"] == [True] and plain["warnings"] == []
+        assert init["frozen"] == [False] and init["secondary_groups"] == {2}
+        assert len(init["warnings"]) == 1 and "frozen weights not quantized" in init["warnings"][0]
+        assert init["records"] != plain["records"]

@@ -14,6 +14,7 @@ element within half a step.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -33,9 +34,7 @@ def block_count(numel: int, block: int | None = None) -> int:
         return numel // block
     if numel <= 0 or numel % 8:
         raise ValueError(f"block_count: numel must be a positive multiple of 8, got {numel} (pad it: padded())")
-    groups = math.ceil(numel / TARGET_BLOCK)
-    while groups < numel and numel % (8 * groups):
-        groups += 1
+    groups = _least_divisor_from(numel // 8, math.ceil(numel / TARGET_BLOCK))  # DeepSpeed counts up to it
     while numel % (16 * groups) == 0 and numel / groups > TARGET_BLOCK:
         groups *= 2
     return groups
@@ -45,6 +44,14 @@ def q_max(bits: int) -> int:
     if bits not in (4, 8):
         raise ValueError(f"bits must be 4 or 8, got {bits}")
     return (1 << (bits - 1)) - 1
+
+
+@functools.lru_cache(maxsize=65536)
+def _least_divisor_from(k: int, start: int) -> int:
+    """The least divisor of ``k`` that is ≥ ``start`` (k itself at most): DeepSpeed's ``groups += 1`` loop,
+    through the divisors below √k instead of up to k/8 steps (the planner counts blocks of whole layers)."""
+    small = [d for d in range(1, math.isqrt(k) + 1) if k % d == 0]
+    return min(d for d in small + [k // d for d in small] if d >= start) if start <= k else start
 
 
 def quantized_bytes(numel: int, bits: int, rows: int = 1, block: int | None = None) -> int:

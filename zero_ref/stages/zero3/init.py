@@ -30,6 +30,10 @@ elsewhere (``model.reset_parameters()`` after the block) sees empty tensors: wra
 
 ``apply`` broadcasts rank 0's result before re-partitioning, as DeepSpeed's does.
 
+ZeRO++ (``zero_hpz_partition_size``, ``zero_quantized_weights``, ``zero_quantized_nontrainable_weights``, from
+``config_dict_or_path`` or DeepSpeed's keywords) is read here as DeepSpeed 0.19.8's ``Init.__init__``
+(runtime/zero/partition_parameters.py) reads it: what a parameter is built with stays with it (``BuiltZeroPP``).
+
 Simplified vs DeepSpeed: no tensor-creation overrides (device/dtype), no meta/``skip_init``
 handling, no remote (CPU/NVMe) device.
 """
@@ -43,6 +47,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zero_ref import comm
+from zero_ref.stages.zero3.built_zeropp import BuiltZeroPP, read_zeropp
 from zero_ref.stages.zero3.unit import Unit, unit_of
 
 __all__ = ["Init", "GatheredParameters", "register_external_parameter", "unregister_external_parameter",
@@ -89,14 +94,17 @@ class Init:
     """Partition every module's parameters over ``group`` as soon as the module is constructed.
 
     DeepSpeed's keywords are accepted: ``data_parallel_group`` (zero_ref's ``group``), ``enabled=False``
-    (a no-op block), ``module=`` (partition a model built already, as if built inside), and
-    ``config_dict_or_path`` / ``config`` / ``dtype`` / ``mem_efficient_linear`` / ``pin_memory``, which
-    change nothing here: the stage casts the partitions to the config's precision when it adopts them.
-    ``remote_device`` (partitions built on the host or NVMe) and DeepSpeed's other options are refused."""
+    (a no-op block), ``module=`` (partition a model built already, as if built inside), ZeRO++'s
+    ``zero_param_parallel_group`` / ``zero_quantized_weights`` / ``zero_quantized_nontrainable_weights`` and
+    ``config_dict_or_path`` / ``config``, whose ``zero_optimization`` ZeRO++ keys are read (``built_zeropp.py``);
+    ``dtype`` / ``mem_efficient_linear`` / ``pin_memory`` change nothing here: the stage casts the partitions
+    to the config's precision when it adopts them. ``remote_device`` (partitions built on the host or NVMe) and
+    DeepSpeed's other options are refused."""
 
     def __init__(self, module=None, data_parallel_group=None, mem_efficient_linear=True, remote_device=None,
                  pin_memory=False, config_dict_or_path=None, config=None, enabled=True, dtype=None, mpu=None,
-                 *, group=None, **options):
+                 zero_param_parallel_group=None, zero_quantized_weights=False,
+                 zero_quantized_nontrainable_weights=False, *, group=None, **options):
         if group is not None and data_parallel_group is not None:
             raise ValueError("Init: give group= or DeepSpeed's data_parallel_group=, not both")
         if remote_device not in (None, "none") and remote_device != torch.get_default_device().type:
@@ -107,6 +115,11 @@ class Init:
             raise ValueError(f"Init: {', '.join(unsupported)} not supported by zero_ref's Init")
         self.group = group if group is not None else data_parallel_group
         self.enabled = enabled
+        self.zeropp: BuiltZeroPP | None = None
+        if enabled:  # every rank reads the same config, so every rank creates the hpZ sub-groups, in order
+            self.zeropp = read_zeropp(config if config is not None else config_dict_or_path, self.group,
+                                      zero_param_parallel_group, zero_quantized_weights,
+                                      zero_quantized_nontrainable_weights)
         if module is not None and enabled:
             for m in module.modules():
                 self._partition(m)
@@ -174,6 +187,9 @@ class Init:
                     for p in params:
                         comm.broadcast(p.data, src=src, group=self.group)
             Unit(type(module).__name__, params, self.group)  # kept alive by the parameters (unit_of)
+            if self.zeropp is not None:
+                for p in params:  # DeepSpeed sets ds_zero_param_process_group and a quantized ds_tensor here
+                    p._z3_built_zeropp = self.zeropp.of(p)
 
 
 def _apply_gathered(module: nn.Module, fn):

@@ -23,6 +23,7 @@ ranks' module order once (``reset_step``), zero_ref every collective (``path_che
 """
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -33,6 +34,7 @@ from zero_ref.optim import AdamConfig
 from zero_ref.stages.base import ZeroOptimizerBase
 from zero_ref.stages.gradient_shards import GradientShards
 from zero_ref.stages.partition import Partition
+from zero_ref.stages.zero3.built_zeropp import built_of
 from zero_ref.stages.zero3.init import GatheredParameters, registered_external_parameters
 from zero_ref.stages.zero3.path_check import BACKWARD, FORWARD, PREFETCH, REDUCE, PathCheck, different_paths, \
     same_collective
@@ -219,9 +221,17 @@ class ZeroStage3(ZeroOptimizerBase):
         if self.offload is not None:
             self.offload.attach(self, buckets, self.param_offload)  # NVMe: sub-groups and swap files
         self._install_hooks(module, buckets)
+        kept = {}  # units zero.Init built with other ZeRO++ settings: they keep them, as in DeepSpeed
         for u in self.units:
+            trainable, built = u.params[0].requires_grad, built_of(u.params)
+            if built is not None and (why := self.zeropp.differs(built, trainable, self.world_size)):
+                kept.setdefault(why, []).append(u.unit.name)
             if not u.persistent:  # persistent units are gathered at full precision once per step, as in DeepSpeed
-                u.unit.zeropp = self.zeropp.unit_gather(trainable=u.params[0].requires_grad)
+                u.unit.zeropp = self.zeropp.unit_gather(trainable, built)
+        for why, names in kept.items():
+            warnings.warn(f"ZeRO++: {len(names)} parameter group(s) ({', '.join(names[:3])}{', ...' * (len(names) > 3)})"
+                          f" keep what zero.Init built them with: {why}, as DeepSpeed 0.19.8 does; pass initialize's "
+                          "config to zero.Init(config_dict_or_path=...) to apply it", stacklevel=3)
         for u in self.units:
             if u.persistent:
                 u.unit.gather()

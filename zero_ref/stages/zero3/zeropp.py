@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
+from zero_ref.stages.zero3.built_zeropp import ParamZeroPP
 from zero_ref.stages.zero3.quantized_reduce import QuantizedReduce
 from zero_ref.stages.zero3.secondary_partition import UnitGather, new_subgroups
 
@@ -56,9 +57,24 @@ class ZeroPP:
         return self.quantized_weights or self.hpz_partition_size > 1 or self.quantized_gradients or \
             self.quantized_nontrainable_weights
 
-    def unit_gather(self, trainable: bool) -> UnitGather | None:
-        """How a (non-persistent) unit is gathered, or None for a plain all-gather."""
-        quantize = self.quantized_weights or (not trainable and self.quantized_nontrainable_weights)
-        if not quantize and self.subgroup is None:
+    def unit_gather(self, trainable: bool, built: ParamZeroPP | None = None) -> UnitGather | None:
+        """How a (non-persistent) unit is gathered, or None for a plain all-gather. ``built``: what ``zero.Init``
+        built its parameters with, which decides hpZ and frozen weights' quantization as in DeepSpeed
+        (``built_zeropp.py``)."""
+        frozen_quantized = built.quantized_storage if built is not None else \
+            not trainable and self.quantized_nontrainable_weights
+        subgroup = built.built.subgroup if built is not None else self.subgroup
+        quantize = self.quantized_weights or frozen_quantized
+        if not quantize and subgroup is None:
             return None
-        return UnitGather(quantize, self.subgroup)
+        return UnitGather(quantize, subgroup)
+
+    def differs(self, built: ParamZeroPP, trainable: bool, world: int) -> str:
+        """What ``built`` decides otherwise than this config would ('' if nothing)."""
+        out = []
+        g = min(max(self.hpz_partition_size, 1), world)
+        if built.built.hpz_partition_size != g:
+            out.append(f"zero_hpz_partition_size {built.built.hpz_partition_size} (initialize's config: {g})")
+        if not trainable and built.quantized_storage != self.quantized_nontrainable_weights:
+            out.append(f"frozen weights {'' if built.quantized_storage else 'not '}quantized")
+        return ", ".join(out)
