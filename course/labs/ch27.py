@@ -54,7 +54,7 @@ def _saves(rank: int, world: int, save, save_dir: str, tags: list[str], victim: 
 def inspect(save_dir: str, world: int) -> dict:
     """What a reader of ``save_dir`` finds: ``latest`` and, for every visible (non-hidden) folder, whether it is complete."""
     latest_path = os.path.join(save_dir, "latest")
-    latest = open(latest_path).read() if os.path.isfile(latest_path) else None
+    latest = open(latest_path).read().strip() if os.path.isfile(latest_path) else None  # as load_checkpoint reads it
     folders = {}
     for name in sorted(os.listdir(save_dir)):
         path = os.path.join(save_dir, name)

@@ -43,10 +43,11 @@ def checkpoint_bytes(num_params: int, *, zero_stage: int, dp: int, precision: st
                      mp: int = 1) -> dict[str, int]:
     """Tensor bytes a checkpoint of ``num_params`` trainable parameters holds (file framing aside).
 
-    Every rank's optimizer file holds fp32 master, exp_avg and exp_avg_sq for its ≤ ⌈Ψ/N⌉ elements
-    (12 bytes each) at every stage: stage 0's ranks hold all of it, and each writes one slice. The
-    parameters (2 bytes each in bf16/fp16, 4 in fp32) are rank 0's to write at stages 0-2, and ⌈Ψ/N⌉
-    per rank at stage 3. ``dp``: the ranks the states are divided over (TP × PP × DP under 3D).
+    Every rank's optimizer file holds fp32 master, exp_avg and exp_avg_sq for about Ψ/N elements
+    (12 bytes each; 12Ψ over all ranks) at every stage: stage 0's ranks hold all of it, and each writes
+    one slice. Counted here as ⌈Ψ/N⌉ per rank: a bound per bucket at stages 0-2; at stage 3 each unit
+    is padded on its own, so a rank may hold a few elements more. The parameters (2 bytes each in
+    bf16/fp16, 4 in fp32) are rank 0's to write at stages 0-2, and ⌈Ψ/N⌉ per rank at stage 3. ``dp``: the ranks the states are divided over (TP × PP × DP under 3D).
     ``mp``: the model-parallel positions (TP × PP) among them; each holds its own 1/mp of the model,
     so under 3D ``rank0_params`` is what the first data-parallel rank of *each* position writes,
     ⌈Ψ/mp⌉ parameters (``ThreeD.save_checkpoint``: one folder per (tp, pp); DeepSpeed: one

@@ -243,7 +243,8 @@ def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, sweep_t
     cfg = GPTConfig(**model)
     specs = {name: StepSpec(**s) for name, s in specs.items()}
     m0 = min(s.micro_batch for s in specs.values()) if specs else 4
-    machine = {"gemm_flops": gemm_flops(m0 * cfg.seq_len, cfg.d_model, cfg.ffn_mult * cfg.d_model),
+    gemm = (m0 * cfg.seq_len, cfg.d_model, cfg.ffn_mult * cfg.d_model)
+    machine = {"gemm_flops": gemm_flops(*gemm),
                "memory_bw": memory_bandwidth(), "cores": cores(), "world_size": world, "memory_bytes": memory_bytes(),
                "threads": torch.get_num_threads()}
     sweep = collective_sweep(sweep_sizes, trials=sweep_trials) if sweep_sizes else []
@@ -262,6 +263,8 @@ def _measure_rank(rank, world, specs, model, steps, warmup, sweep_sizes, sweep_t
             row["calls"] = calls
             if r >= warmup:
                 rows[name].append(row)
+    # the peak: the better of two timings, before and after the steps (another tenant seldom slows both)
+    machine["gemm_flops"] = max(machine["gemm_flops"], gemm_flops(*gemm))
     out = {}
     for name, spec in specs.items():
         rs = rows[name]

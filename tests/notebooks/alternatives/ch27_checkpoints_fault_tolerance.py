@@ -43,7 +43,26 @@ return 12 * -(-sum(numels) // world)
 ''',
 }
 
+_PIECES = '''
+flat = torch.zeros(sum(n for _, n in params))
+offset = 0
+for name, n in params:
+    for start, t in pieces[name]:
+        flat[offset + start:offset + start + t.numel()] = t
+    offset += n
+'''
+
 MORE_WRONG = [
+    # the padding left out: the last of four ranks gets 3,300 elements instead of 3,303
+    {"27.2": _PIECES + '''
+shard = -(-flat.numel() // world)
+return flat[rank * shard:(rank + 1) * shard].clone()
+'''},
+    # the shard size rounded down: 3,302 elements per rank, every rank's slice shifted
+    {"27.2": _PIECES + '''
+shard = flat.numel() // world
+return flat[rank * shard:(rank + 1) * shard].clone()
+'''},
     # DeepSpeed 0.19.8's order: straight into <tag>/, rank 0 writes `latest` without waiting for the others'
     # shards (the kill leaves `latest` on step3 with rank 1's shard torn)
     {"27.3": '''
