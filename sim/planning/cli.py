@@ -51,7 +51,7 @@ def default_global_batch(model: Model, gpus: int) -> int:
 
 
 def plan(model: Model, gpu: str, gpus: int, global_batch: int | None = None, *, top: int = 5,
-         attention: str = "flash", framework: str = "deepspeed", memory_fraction: float = 0.9, zeropp: bool = False):
+         attention: str = "flash", framework: str = "deepspeed", memory_fraction: float = 0.9, zeropp: bool = True):
     """(search result, [(row, SimResult)] for its ``top`` fastest fitting plans); PlanError if impossible."""
     if gpu not in GPUS:
         raise PlanError(f"--gpu {gpu!r} is not a GPU preset; choose one of: {', '.join(GPUS)}")
@@ -114,8 +114,9 @@ def main(argv=None) -> int:
     p.add_argument("--attention", choices=("flash", "eager"), default="flash")
     p.add_argument("--framework", choices=search.SPACE_FRAMEWORKS, default="deepspeed",
                    help="whose collectives and constraints the plans follow (default: deepspeed)")
-    p.add_argument("--zeropp", action="store_true",
-                   help="also try ZeRO++ (hpZ, qwZ + hpZ + qgZ) for ZeRO-3 plans whose data parallelism spans nodes")
+    p.add_argument("--zeropp", action=argparse.BooleanOptionalAction, default=True,
+                   help="also try ZeRO++ (hpZ, qwZ + hpZ + qgZ) for ZeRO-3 plans whose data parallelism spans nodes "
+                        "(default: on)")
     p.add_argument("--write-config", type=Path, help="write the best plan's DeepSpeed config here")
     args = parser.parse_args(argv)
     try:

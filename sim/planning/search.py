@@ -90,8 +90,8 @@ class Space:
     # DeepSpeed ZeRO-3 on several nodes: also try ZeRO++ (sim.step.zeropp) with hpZ over the data-parallel
     # ranks of a node: hpZ alone (exact), and qwZ + hpZ + qgZ (quantized). It triples the multi-node ZeRO-3
     # plans; their time bounds (each group's first gather of a step from the primary, the rest in the node; the
-    # (de)quantize kernels on the compute stream) skip most of them. Off by default (``python -m sim plan --zeropp``).
-    zeropp: bool = False
+    # (de)quantize kernels on the compute stream) skip most of them (``python -m sim plan --no-zeropp``: without).
+    zeropp: bool = True
 
     def __post_init__(self):
         if self.framework not in SPACE_FRAMEWORKS:
