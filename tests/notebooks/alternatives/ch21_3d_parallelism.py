@@ -15,14 +15,6 @@ return sorted((tuple(g) for g in buckets.values()), key=lambda g: g[0])
 ''',
 }
 
-WRONG = {
-    # "tp fills the node": tp = 8 fits easily, but each rank's matrix products are half as wide and
-    # the all-reduces span twice as many ranks: 7 % slower than tp 4 with pp 8
-    "21.2": '''
-PLAN = dict(tp=8, pp=4, dp=1)
-''',
-}
-
 # Task 21.2 decided in the simulator: the fastest grid that fits, among all powers of two
 RIGHT["21.2"] = '''
 best = None
@@ -53,6 +45,11 @@ if num_stages > 1 and stage in (0, num_stages - 1):
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # "tp fills the node": tp = 8 fits easily, but each rank's matrix products are half as wide and
+    # the all-reduces span twice as many ranks: 7 % slower than tp 4 with pp 8
+    {"21.2": '''
+PLAN = dict(tp=8, pp=4, dp=1)
+'''},
     # more data parallelism for a faster step: tp 4 × pp 4 × dp 2 is faster but needs 83 GiB per GPU
     {"21.2": '''
 PLAN = dict(tp=4, pp=4, dp=2)
