@@ -80,11 +80,13 @@ def reference(steps: int, global_batch: int, first_step: int = 0) -> tuple[list[
 
 def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, global_batch: int = 16,
         microbatches: int = 4, schedule: str = "1f1b", virtual: int = 1, check: bool = False,
-        save: str | None = None, save_at: int | None = None, resume: str | None = None, step=None) -> dict:
+        save: str | None = None, save_at: int | None = None, resume: str | None = None, step=None,
+        reference_state: dict | None = None) -> dict:
     """Train; every rank returns its losses, step times, memory and communication bytes.
 
     ``step(trainer, idx, targets) -> (StepStats, global loss)``: one optimizer step on the global batch
-    (default ``ThreeD.train_step``)."""
+    (default ``ThreeD.train_step``). ``reference_state``: one process's state_dict after the same steps,
+    trained by the caller; every rank returns ``max_param_diff`` against it (``check`` trains it on rank 0)."""
     topo = Topology.for_world(world, tp=tp, pp=pp)
     pg = build_groups(topo)
     trainer = ThreeD(build_model(), pg, microbatches=microbatches, schedule=schedule, virtual=virtual, adam=ADAM)
@@ -134,6 +136,10 @@ def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, glo
         for k, v in ref_model.state_dict().items():
             ref[k], at = flat[at:at + v.numel()].view_as(v), at + v.numel()
         worst = torch.tensor([trainer.max_diff(ref)])
+        comm.all_reduce(worst, op="max")
+        out["max_param_diff"] = worst.item()
+    elif reference_state is not None:
+        worst = torch.tensor([trainer.max_diff(reference_state)])
         comm.all_reduce(worst, op="max")
         out["max_param_diff"] = worst.item()
     if save:
