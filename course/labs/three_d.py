@@ -80,11 +80,13 @@ def reference(steps: int, global_batch: int, first_step: int = 0) -> tuple[list[
 
 def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, global_batch: int = 16,
         microbatches: int = 4, schedule: str = "1f1b", virtual: int = 1, check: bool = False,
-        save: str | None = None, save_at: int | None = None, resume: str | None = None, step=None) -> dict:
+        save: str | None = None, save_at: int | None = None, resume: str | None = None, step=None,
+        reference_state: dict | None = None) -> dict:
     """Train; every rank returns its losses, step times, memory and communication bytes.
 
     ``step(trainer, idx, targets) -> (StepStats, global loss)``: one optimizer step on the global batch
-    (default ``ThreeD.train_step``)."""
+    (default ``ThreeD.train_step``). ``reference_state``: one process's state_dict after the same steps,
+    trained by the caller; every rank returns ``max_param_diff`` against it (``check`` trains it on rank 0)."""
     topo = Topology.for_world(world, tp=tp, pp=pp)
     pg = build_groups(topo)
     trainer = ThreeD(build_model(), pg, microbatches=microbatches, schedule=schedule, virtual=virtual, adam=ADAM)
@@ -92,13 +94,25 @@ def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, glo
         trainer.load_checkpoint(resume)
     data, first, step_fn = corpus(), trainer.global_steps, step
     losses, times = [], []
+    axes = {axis: set(topo.group_of(axis, rank)) for axis in ("tp", "pp", "dp")}
+    by_axis = {"tp": 0.0, "pp": 0.0, "dp": 0.0}
+
+    def count(op, tensor, group):  # ring bytes of the training steps, on the axis whose group carried each call
+        if tensor is None or (group is None and op != "send"):  # a barrier; the loss over all ranks
+            return
+        n = 2 if op == "send" else dist.get_world_size(group)
+        axis = "pp" if op == "send" else next(a for a, g in axes.items() if g == set(dist.get_process_group_ranks(group)))
+        by_axis[axis] += comm.ring_wire_bytes(op, tensor.numel() * tensor.element_size(), n)
+
     with comm.recording() as log:
         for step in range(first, first + steps):
             t0 = time.perf_counter()
-            if step_fn is None:
-                stats, loss = trainer.train_step(*batch(data, step, global_batch))
-            else:
-                stats, loss = step_fn(trainer, *batch(data, step, global_batch))
+            with comm.hooked(count):
+                if step_fn is None:
+                    stats, loss = trainer.train_step(*batch(data, step, global_batch))
+                else:
+                    stats, loss = step_fn(trainer, *batch(data, step, global_batch))
+            if step_fn is not None:
                 trainer.global_steps += 1
             times.append(time.perf_counter() - t0)
             losses.append(loss)
@@ -106,6 +120,7 @@ def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, glo
                 out_checkpoint = trainer.save_checkpoint(save)
     out = dict(rank=rank, coords=tuple(pg.coords), first_step=first, loss=losses, step_time_s=times,
                bubble_idle_s=(stats.end - stats.start) - stats.busy, comm=log.by_op(),
+               ring_bytes_by_axis={a: b / steps for a, b in by_axis.items()},
                memory={k: unique_storage_bytes(v) for k, v in trainer.optimizer.state_tensors().items()},
                local_params=sum(p.numel() for _, p in trainer.named_parameters() if p.requires_grad))
     if check:  # rank 0 trains the reference and sends it to everyone; each rank compares its pieces
@@ -121,6 +136,10 @@ def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, glo
         for k, v in ref_model.state_dict().items():
             ref[k], at = flat[at:at + v.numel()].view_as(v), at + v.numel()
         worst = torch.tensor([trainer.max_diff(ref)])
+        comm.all_reduce(worst, op="max")
+        out["max_param_diff"] = worst.item()
+    elif reference_state is not None:
+        worst = torch.tensor([trainer.max_diff(reference_state)])
         comm.all_reduce(worst, op="max")
         out["max_param_diff"] = worst.item()
     if save:

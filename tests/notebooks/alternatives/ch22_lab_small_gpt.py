@@ -16,6 +16,8 @@ return stats, float(share)
 ''',
     # one expression, in float bytes: the activations forward, their gradients back, the tied embedding twice
     "22.1": '''
+if pp == 1:
+    return 0.0
 act = 4.0 * micro * seq * hidden
 sends = m * act * ((stage < pp - 1) + (stage > 0))
 tied = 4.0 * embedding_shard if pp > 1 and stage in (0, pp - 1) else 0.0
@@ -81,6 +83,37 @@ def predict_sends(tp, pp, dp, stage, cfg, global_batch, m):
     return {"tp": tp_bytes, "pp": pp_bytes, "dp": dp_bytes}
 '''},
     # the replica's loss added by both tensor-parallel ranks of the last stage: twice the global loss
+    # three mistakes at once (a reviewer's): tp counts the embedding and the head on every stage
+    # (4·blocks + 2), the tied gradient is sent whole (not divided by tp), the last stage's copy of the
+    # word embedding (the head) is left out of the dp buffer; only a grid with tp > 1 and pp > 1 shows them
+    {"22.3": '''
+GRIDS = [(2, 1, 2), (1, 4, 1)]
+
+
+def predict_sends(tp, pp, dp, stage, cfg, global_batch, m):
+    V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
+    micro = global_batch // (dp * m)
+    act = micro * T * d * 4
+    first, last, blocks = stage == 0, stage == pp - 1, L // pp
+    per_micro = (4 * blocks + 2) * act + last * 3 * micro * T * 4
+    tp_bytes = m * per_micro * 2 * (tp - 1) / tp
+    pp_bytes = 0
+    if pp > 1:
+        pp_bytes = 32 + m * act * ((not last) + (not first)) + (first or last) * V * d * 4
+    block = (3 * d * d + 3 * d + d * d + 4 * d * d + 4 * d + 4 * d * d) // tp + d + d + 4 * d
+    local = blocks * block + first * (V // tp * d + T * d) + last * 2 * d
+    padded = -(-local // dp) * dp
+    dp_bytes = 2 * (dp - 1) / dp * (padded * 4 + 16)
+    return {"tp": tp_bytes, "pp": pp_bytes, "dp": dp_bytes}
+'''},
+    # the 32-byte handshake counted on a single stage, which has no neighbour to tell
+    {"22.1": '''
+act = micro * seq * hidden * 4
+total = 32 + m * act * ((stage < pp - 1) + (stage > 0))
+if pp > 1 and stage in (0, pp - 1):
+    total += 4 * embedding_shard
+return total
+'''},
     {"22.2": '''
 dp, m = parts.topology.dp, parts.microbatches
 n = idx.shape[0] // dp
