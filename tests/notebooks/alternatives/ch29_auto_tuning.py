@@ -78,13 +78,6 @@ def _loop(old: str, new: str) -> str:
     return _LOOP.replace(old, new)
 
 
-WRONG = {
-    # 29.1: no stopping rule: every plan that passes the memory prune simulated (the count is the brute force's)
-    "29.1": _loop("""    if len(fitting) >= k and bound > fitting[k - 1][0]:
-        break
-""", ""),
-}
-
 # The reference's answer; each mistake below changes one line of it.
 _PREDICT = '''
 def predict_peak(plan, cfg=CFG29, dp=2):
@@ -119,6 +112,10 @@ def _changed(old: str, new: str) -> str:
 
 
 MORE_WRONG = [
+    # 29.1: no stopping rule: every plan that passes the memory prune simulated (the brute force's count)
+    {"29.1": _loop("""    if len(fitting) >= k and bound > fitting[k - 1][0]:
+        break
+""", "")},
     # 29.1: stops at the first bound above the best time, not the k-th best (misses plans of the top k)
     {"29.1": _loop("bound > fitting[k - 1][0]", "bound > fitting[0][0]")},
     # 29.1: a plan whose simulated peak is over the limit kept among the fastest
