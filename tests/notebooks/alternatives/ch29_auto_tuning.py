@@ -1,19 +1,32 @@
 """Chapter 29: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # collect every plan that fits, then take the first fastest with min(); a list, not a tuple
-    "29.2": '''
-fitting = []
-for plan in search.enumerate_plans(model, cluster, global_batch, space):
-    r = sim.simulate(model, cluster, plan, COSTS, granularity=search.granularity_for(model, plan))
+    # a heap of the candidates and a while loop; the top k kept with bisect.insort
+    "29.1": '''
+import bisect
+import heapq
+
+heap = []
+for i, plan in enumerate(search.enumerate_plans(model, cluster, global_batch, space)):
+    if memory_lower_bound(model, plan)["total"] <= limit:
+        g = search.granularity_for(model, plan)
+        heapq.heappush(heap, (time_lower_bound(model, cluster, plan, COSTS, granularity=g), i, g, plan))
+times, plans, count = [], [], 0
+while heap:
+    bound, _, g, plan = heapq.heappop(heap)
+    if len(times) >= k and bound > times[k - 1]:
+        break
+    count += 1
+    r = sim.simulate(model, cluster, plan, COSTS, granularity=g)
     if r.peak_gpu_bytes <= limit:
-        fitting.append((r.step_time, plan))
-step_time, plan = min(fitting, key=lambda f: f[0])
-return [step_time, plan]
+        at = bisect.bisect_right(times, r.step_time)
+        times.insert(at, r.step_time)
+        plans.insert(at, plan)
+return list(zip(times, plans))[:k], count
 ''',
     # the fp32 recipe written out per category (4 + 4 + 8 bytes, each sharded from its stage on), activations
     # counted on another batch of the same shape, the ranking through (peak, name) pairs
-    "29.3": '''
+    "29.2": '''
 def predict_peak(plan, cfg=CFG29, dp=2):
     model = GPT(cfg)
     psi = sum(p.numel() for p in model.parameters())
@@ -40,16 +53,30 @@ def rank_plans(plans):
 ''',
 }
 
-WRONG = {
-    # every in-flight micro-batch charged for all L layers, not the L/p of the first stage
-    "29.1": '''
-states = model_state_bytes(model.num_params, zero_stage=plan.zero_stage, dp=plan.dp,
-                           precision=plan.precision, tp=plan.tp, pp=plan.pp).total
-per_layer = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.sequence_parallel,
-                                   attention=plan.attention).total
-return states + min(plan.pp, plan.num_microbatches) * model.layers * per_layer
-''',
-}
+_LOOP = '''
+candidates = []
+for plan in search.enumerate_plans(model, cluster, global_batch, space):
+    if memory_lower_bound(model, plan)["total"] > limit:
+        continue
+    g = search.granularity_for(model, plan)
+    candidates.append((time_lower_bound(model, cluster, plan, COSTS, granularity=g), g, plan))
+candidates.sort(key=lambda c: c[0])
+fitting, simulated = [], 0
+for bound, g, plan in candidates:
+    if len(fitting) >= k and bound > fitting[k - 1][0]:
+        break
+    r = sim.simulate(model, cluster, plan, COSTS, granularity=g)
+    simulated += 1
+    if r.peak_gpu_bytes <= limit:
+        fitting = sorted(fitting + [(r.step_time, plan)], key=lambda f: f[0])
+return fitting[:k], simulated
+'''
+
+
+def _loop(old: str, new: str) -> str:
+    assert _LOOP.count(old) == 1, old
+    return _LOOP.replace(old, new)
+
 
 # The reference's answer; each mistake below changes one line of it.
 _PREDICT = '''
@@ -85,14 +112,29 @@ def _changed(old: str, new: str) -> str:
 
 
 MORE_WRONG = [
-    # 29.3: ZeRO-3 taken for ZeRO-2: its parameters counted whole on every rank (fails the states check)
-    {"29.3": _changed("zero_stage=stage,", "zero_stage=min(stage, 2),").replace(_PERSISTENT, "")},
-    # 29.3: the persistence threshold forgotten: ZeRO-3's small units counted as sharded too (states 2.6 % under the held bytes)
-    {"29.3": _changed(_PERSISTENT, "")},
-    # 29.3: every accumulation micro-batch's activations counted as in flight at once (above the measured peak)
-    {"29.3": _changed("activations = saved.total", 'activations = plan["gas"] * saved.total')},
-    # 29.3: the transient terms left out: states + activations only (ZeRO-2/3's peaks more than 1.2 x the prediction)
-    {"29.3": _changed("transient = {2: 4 * psi, 3: 4 * psi + 2 * 4 * max(units)}.get(stage, 0)", "transient = 0")},
-    # 29.3: ranked by stage: the highest ZeRO stage taken as the smallest
-    {"29.3": _changed('key=lambda name: predict_peak(plans[name])["total"]', 'key=lambda name: -plans[name]["stage"]')},
+    # 29.1: no stopping rule: every plan that passes the memory prune simulated (the brute force's count)
+    {"29.1": _loop("""    if len(fitting) >= k and bound > fitting[k - 1][0]:
+        break
+""", "")},
+    # 29.1: stops at the first bound above the best time, not the k-th best (misses plans of the top k)
+    {"29.1": _loop("bound > fitting[k - 1][0]", "bound > fitting[0][0]")},
+    # 29.1: a plan whose simulated peak is over the limit kept among the fastest
+    {"29.1": _loop("    if r.peak_gpu_bytes <= limit:\n        fitting", "    if True:\n        fitting")},
+    # 29.1: simulated in order of the memory bound, not the step-time bound
+    {"29.1": _loop("candidates.append((time_lower_bound(model, cluster, plan, COSTS, granularity=g), g, plan))",
+                   "candidates.append((memory_lower_bound(model, plan)[\"total\"], g, plan))")},
+    # 29.1: no memory prune: plans whose bound is over the limit simulated too (a larger count)
+    {"29.1": _loop("""    if memory_lower_bound(model, plan)["total"] > limit:
+        continue
+""", "")},
+    # 29.2: ZeRO-3 taken for ZeRO-2: its parameters counted whole on every rank (fails the states check)
+    {"29.2": _changed("zero_stage=stage,", "zero_stage=min(stage, 2),").replace(_PERSISTENT, "")},
+    # 29.2: the persistence threshold forgotten: ZeRO-3's small units counted as sharded too (states 2.6 % under the held bytes)
+    {"29.2": _changed(_PERSISTENT, "")},
+    # 29.2: every accumulation micro-batch's activations counted as in flight at once (above the measured peak)
+    {"29.2": _changed("activations = saved.total", 'activations = plan["gas"] * saved.total')},
+    # 29.2: the transient terms left out: states + activations only (ZeRO-2/3's peaks more than 1.2 x the prediction)
+    {"29.2": _changed("transient = {2: 4 * psi, 3: 4 * psi + 2 * 4 * max(units)}.get(stage, 0)", "transient = 0")},
+    # 29.2: ranked by stage: the highest ZeRO stage taken as the smallest
+    {"29.2": _changed('key=lambda name: predict_peak(plans[name])["total"]', 'key=lambda name: -plans[name]["stage"]')},
 ]
