@@ -12,20 +12,16 @@ everything = model.activation_terms(plan.micro_batch_size, tp=plan.tp, sp=plan.s
 return states + layers_held * kept.total + (everything.total - kept.total)
 '''
 
+# Task 24.2's mistakes carry their own count: in their release Task 24.1 is a stub.
+_INLINE = "def peak(plan):\n    model = LLAMA" + _PEAK.replace("\n", "\n    ").rstrip()
+
 RIGHT = {
     # the model states from zero_ref.memory instead of written out
     "24.1": _PEAK,
-    # from the largest candidate down, the first that fits
+    # the candidates sorted by simulated step time, the first that fits taken
     "24.2": '''
-out = {}
-for recompute in ("none", "selective", "full"):
-    for mbs in sorted(CANDIDATES, reverse=True):
-        p = frame(micro_batch_size=mbs, num_microbatches=2048 // (4 * mbs), recompute=recompute,
-                  sequence_parallel=recompute != "none")
-        if stage0_peak_bytes(LLAMA, p) <= limit:
-            out[recompute] = mbs
-            break
-return out
+timed = sorted(CANDIDATES, key=lambda p: sim.simulate(LLAMA, CLUSTER, p, COSTS, granularity="stage").step_time)
+return next(p for p in timed if stage0_peak_bytes(LLAMA, p) <= limit)
 ''',
 }
 
@@ -57,17 +53,25 @@ return states + min(plan.pp, plan.num_microbatches) * (model.layers // plan.pp) 
     {"24.1": _PEAK.replace("min(plan.pp, plan.num_microbatches)", "1")},
     # full recomputation's rebuilt layer forgotten
     {"24.1": _PEAK.replace("(everything.total - kept.total)", "0")},
-    # the smallest candidate that fits, not the largest (the count written inline: Task 24.1 is a stub here)
-    {"24.2": "def peak(plan):\n    model = LLAMA" + _PEAK.replace("\n", "\n    ").rstrip() + '''
-return {rc: min(mbs for mbs in CANDIDATES
-                if peak(frame(micro_batch_size=mbs, num_microbatches=2048 // (4 * mbs),
-                              recompute=rc, sequence_parallel=rc != "none")) <= limit)
-        for rc in ("none", "selective", "full")}
-'''},
+    # ZeRO-2's division of the gradients forgotten (only the optimizer states divided by d)
+    {"24.1": _PEAK.replace("zero_stage=plan.zero_stage", "zero_stage=min(plan.zero_stage, 1)")},
+    # the largest micro-batch that fits (fewer, larger micro-batches are not faster: the bubble grows)
+    {"24.2": _INLINE + """
+return max((p for p in CANDIDATES if peak(p) <= limit),
+           key=lambda p: (p.micro_batch_size, p.recompute == "none", p.sequence_parallel))
+"""},
+    # the plan with the most headroom, as if the least memory were the fastest
+    {"24.2": _INLINE + """
+return min(CANDIDATES, key=peak)
+"""},
+    # sequence parallelism left off, as the seed's frame has it: the fastest plan without SP
+    {"24.2": _INLINE + """
+fitting = [p for p in CANDIDATES if not p.sequence_parallel and peak(p) <= limit]
+return min(fitting, key=lambda p: sim.simulate(LLAMA, CLUSTER, p, COSTS, granularity="stage").step_time)
+"""},
     # the seed's own conclusion: "the model states fit, so the plan fits" (activations left out)
-    {"24.2": '''
-return {recompute: max(mbs for mbs in CANDIDATES
-                       if model_state_bytes(LLAMA.num_params, zero_stage=1, dp=4, tp=8, pp=8).total <= limit)
-        for recompute in ("none", "selective", "full")}
-'''},
+    {"24.2": """
+fitting = [p for p in CANDIDATES if model_state_bytes(LLAMA.num_params, zero_stage=1, dp=4, tp=8, pp=8).total <= limit]
+return min(fitting, key=lambda p: sim.simulate(LLAMA, CLUSTER, p, COSTS, granularity="stage").step_time)
+"""},
 ]
