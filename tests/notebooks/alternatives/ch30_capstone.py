@@ -134,6 +134,18 @@ return {"launch": safe.plan, "ruled_out": [(p, rule(p)) for p in rivals]}
 '''
 
 
+# The same wrong reasons, launching the reference's plan (the most headroom within the margin): a pipelined
+# layout, so that Task 30.4's pipeline bytes are tested
+_HBM_RULES_PIPELINED = _HBM_RULES.replace(
+    'return {"launch": safe.plan,',
+    'close = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=8,\n'
+    '                      memory_fraction=BRIEF["memory_fraction"] * (1 - BRIEF["headroom"])).feasible\n'
+    'launch = min((row for row in close if row.step_time <= (1 + BRIEF["margin"]) * safe.step_time),\n'
+    '             key=lambda row: row.peak_bytes).plan\n'
+    'return {"launch": launch,')
+assert _HBM_RULES_PIPELINED != _HBM_RULES
+
+
 def _trial(dp_bytes: str, moments: str) -> str:
     return _TRIAL.replace("DP_BYTES", dp_bytes).replace("MOMENTS", moments)
 
@@ -148,7 +160,7 @@ rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimize
 return {"launch": pick, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (rivals[2], "time")]}
 '''},
     # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient)
-    {"30.3": _HBM_RULES, "30.4": '''
+    {"30.3": _HBM_RULES_PIPELINED, "30.4": '''
 tp, pp, dp = layout.tp, layout.pp, layout.dp
 V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
 micro = global_batch // (dp * m)
