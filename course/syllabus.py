@@ -622,8 +622,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Train a small GPT with tensor, pipeline and data parallelism plus ZeRO on "
             "CPU ranks",
             "Verify that its losses match a single-process run to a stated tolerance",
-            "Measure per-rank memory and communication bytes and compare them with the "
-            "simulator",
+            "Measure per-rank memory and compare it with the formula and the simulator; measure each axis's\n"
+            "  communication bytes and compare them with your own prediction",
             "Save a checkpoint, resume, and confirm that training continues identically",
         ),
         seed="Seed ch.21–30 (case studies, from setup to tuning)",
@@ -732,8 +732,9 @@ CHAPTERS: tuple[Chapter, ...] = (
             "interruption",
             "Restart from the same checkpoint on a different number of ranks and verify "
             "that the model is unchanged",
-            "Explain what a checkpoint must hold: parameters, optimizer states, loss scale, "
-            "random state and data position",
+            "Explain what a checkpoint must hold: parameters, optimizer states, loss scale, random state and data position\n"
+            "  (the runs below measure what a resume without the optimizer states does; the loss scale, the random state\n"
+            "  and the data position are explained, not tested by leaving them out)",
         ),
         seed="Seed ch.9–12 (deployment) and ch.21–30 (case studies); not a topic of its "
         "own in the seed's outline",
