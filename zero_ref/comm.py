@@ -46,13 +46,15 @@ def ring_wire_bytes(op: str, nbytes: int, group_size: int) -> float:
 
 @dataclass(frozen=True)
 class CommRecord:
-    """One call on this rank: the op, its group size, and the full buffer's elements and bytes."""
+    """One call on this rank: the op, its group size, and the full buffer's elements and bytes (and, for a
+    point-to-point call, the other rank)."""
 
     op: str
     group_size: int
     numel: int
     bytes: int
     dtype: str
+    peer: int | None = None
 
     @property
     def wire_bytes(self) -> float:
@@ -109,14 +111,14 @@ def hooked(hook):
         _hooks.remove(hook)
 
 
-def record(op: str, tensor: torch.Tensor | None, group) -> None:
+def record(op: str, tensor: torch.Tensor | None, group, peer: int | None = None) -> None:
     """Run the hooks and append one ``CommRecord`` to every active recording (each collective calls this)."""
     for hook in _hooks:
         hook(op, tensor, group)
     if _logs:
         numel, nbytes = (0, 0) if tensor is None else (tensor.numel(), tensor.numel() * tensor.element_size())
         rec = CommRecord(op, dist.get_world_size(group), numel, nbytes,
-                         "" if tensor is None else str(tensor.dtype).removeprefix("torch."))
+                         "" if tensor is None else str(tensor.dtype).removeprefix("torch."), peer)
         for log in _logs:
             log.records.append(rec)
 
@@ -222,25 +224,25 @@ def all_to_all(output: torch.Tensor, input: torch.Tensor, output_split_sizes=Non
 
 def send(tensor: torch.Tensor, dst: int, group=None) -> None:
     """Blocking point-to-point send to global rank ``dst``."""
-    record("send", tensor, group)
+    record("send", tensor, group, dst)
     dist.send(tensor, dst=dst, group=group)
 
 
 def recv(tensor: torch.Tensor, src: int, group=None) -> None:
     """Blocking point-to-point receive from global rank ``src`` into ``tensor``."""
-    record("recv", tensor, group)
+    record("recv", tensor, group, src)
     dist.recv(tensor, src=src, group=group)
 
 
 def isend(tensor: torch.Tensor, dst: int, group=None):
     """Non-blocking send; returns a work handle to ``wait()`` on."""
-    record("send", tensor, group)
+    record("send", tensor, group, dst)
     return dist.isend(tensor, dst=dst, group=group)
 
 
 def irecv(tensor: torch.Tensor, src: int, group=None):
     """Non-blocking receive; returns a work handle to ``wait()`` on."""
-    record("recv", tensor, group)
+    record("recv", tensor, group, src)
     return dist.irecv(tensor, src=src, group=group)
 
 

@@ -2,6 +2,7 @@
 launcher's arguments (zero_ref.ds.launcher.runner), and a HuggingFace Trainer script (tests/clients/hf_trainer.py)
 giving DeepSpeed 0.19.8's logged losses at ZeRO-2 and ZeRO-3 (fp32: 1e-6 relative, 1e-5 absolute)."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -216,7 +217,8 @@ def test_launcher_starts_two_ranks_on_zero_ref(tmp_path):
     out = subprocess.run([sys.executable, "-m", "zero_ref.ds.launcher.runner", "--num_gpus", "2", "--master_port",
                           str(free_port()), str(script), "--tag", "x"], cwd=ROOT, capture_output=True, text=True,
                          timeout=240, env=torchrun_env(DS_ACCELERATOR="cpu"))
-    rows = sorted(json.loads(x[len("RESULT "):]) for x in out.stdout.splitlines() if x.startswith("RESULT "))
+    # the two ranks share one stdout pipe: a line may hold both prints, so find each record, not each line
+    rows = sorted(json.loads(x) for x in re.findall(r"RESULT (\[[^\]]*\])", out.stdout))
     assert out.returncode == 0, out.stderr[-3000:]
     assert rows == [[0, "x", 0, 2, 3.0, "2", "zero_ref.ds.comm"], [1, "x", 1, 2, 3.0, "2", "zero_ref.ds.comm"]]
 

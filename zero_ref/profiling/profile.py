@@ -308,7 +308,9 @@ def measure(specs: dict, world_size: int, *, model: dict | None = None, steps: i
             for k in ("step", "forward", "backward", "optimizer"):
                 view[k] = _mean([p[clock][k] for p in per])
             view["comm"] = {ph: _mean([p[clock]["comm"][ph] for p in per]) for ph in view["comm"]}
-            view["collectives"] = [dict(c, seconds=_mean([p[clock]["collectives"][i]["seconds"] for p in per]))
+            # ranks whose chosen step issued the same calls as rank 0's (a step can carry a one-time call)
+            alike = [p for p in per if [c["op"] for c in p[clock]["collectives"]] == [c["op"] for c in view["collectives"]]]
+            view["collectives"] = [dict(c, seconds=_mean([p[clock]["collectives"][i]["seconds"] for p in alike]))
                                    for i, c in enumerate(view["collectives"])]
             merged[clock] = view
         steps_out[name] = merged
