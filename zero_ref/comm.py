@@ -54,7 +54,7 @@ class CommRecord:
     numel: int
     bytes: int
     dtype: str
-    peer: int | None = None
+    peer: int | None = field(default=None, repr=False)
 
     @property
     def wire_bytes(self) -> float:
