@@ -9,9 +9,9 @@ on_gloo = sum(s["end"] - s["start"] for s in spans if s["track"] == "comm")
 ops = Counter(C10D_OPS[s["name"]] for s in spans if s["track"] == "comm call")
 return dict(step=length, comm=on_gloo, collectives=ops)
 ''',
-    # another stage: plain data parallelism with micro-batch 8 (one all-reduce), the serial step from sim_spans
+    # another stage: ZeRO-1 with micro-batch 8 (one reduction per step), the serial step from sim_spans
     "28.2": '''
-KNOB = StepSpec(0, 8, gas=1)
+KNOB = StepSpec(1, 8, gas=1)
 described = lambda spec: {"stage": spec.stage, "micro_batch": spec.micro_batch, "gas": spec.gas, "world_size": 2}
 serial = lambda spec: sum(s["end"] - s["start"] for s in sim_spans(fit.simulate(described(spec))))
 predicted_collectives = Counter(c[0] for c in work_totals(gpt_model(COURSE_GPT), plan_for(described(KNOB)))["collectives"])
