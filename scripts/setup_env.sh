@@ -35,6 +35,7 @@ warm_deepspeed() {  # a few seconds when the op is built already
   local ext="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"
   find "$ext" -mindepth 2 -maxdepth 3 -name lock -mmin +2 -delete 2>/dev/null || true
   # bounded: a build that hangs is reported, not waited on
+  echo "setup: DeepSpeed's shm op (built once, then loaded in seconds) ..." >&2
   DS_ACCELERATOR=cpu timeout 900 "$VENV/bin/python" -c \
     "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" >/dev/null 2>&1 \
     || echo "warning: DeepSpeed's shm op did not build (exit $?); the first DeepSpeed run will try again" >&2
