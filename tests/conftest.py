@@ -49,3 +49,32 @@ def environment_unchanged():
             else:
                 del os.environ[k]
         pytest.fail(f"the test left os.environ changed: {', '.join(changed)} (use monkeypatch.setenv)")
+
+
+# torch's extension loader takes a lock file in the op's build folder at every load, and a process killed while it
+# holds it (a rank stopped by a test's timeout) leaves it there: every later load waits on it forever. A load that
+# finds the op built holds the lock well under a second and a build on two cores takes a few minutes, so a lock
+# older than STALE_LOCK_S is a dead process's: removed before each test that starts DeepSpeed.
+STALE_LOCK_S = 600
+
+
+def remove_stale_extension_locks(now: float | None = None) -> list[str]:
+    import time
+    from pathlib import Path
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    now = time.time() if now is None else now
+    removed = []
+    for lock in root.glob("*/*/lock"):
+        try:
+            if now - lock.stat().st_mtime > STALE_LOCK_S:
+                lock.unlink()
+                removed.append(str(lock))
+        except FileNotFoundError:  # released meanwhile
+            pass
+    return removed
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("peers"):
+        for lock in remove_stale_extension_locks():
+            print(f"removed a stale lock a killed DeepSpeed op load left: {lock}")

@@ -1,4 +1,5 @@
 """The project's own promises: README commands, generated chapter table, CI entry, environments agree."""
+import os
 import pkgutil
 import re
 import subprocess
@@ -58,3 +59,15 @@ def test_the_torch_free_floor_imports_no_torch():
             "    assert not loaded, f'importing {name} loaded {loaded}'")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_a_stale_extension_lock_is_removed_and_a_live_one_kept(tmp_path, monkeypatch):
+    from tests.conftest import STALE_LOCK_S, remove_stale_extension_locks
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    stale, live = tmp_path / "py311_cpu" / "op_a" / "lock", tmp_path / "py311_cpu" / "op_b" / "lock"
+    for lock in (stale, live):
+        lock.parent.mkdir(parents=True)
+        lock.touch()
+    now = stale.stat().st_mtime
+    os.utime(stale, (now - STALE_LOCK_S - 1, now - STALE_LOCK_S - 1))
+    assert remove_stale_extension_locks(now) == [str(stale)] and live.exists() and not stale.exists()
