@@ -82,6 +82,13 @@ def test_problems_lists_them_all():
 
 # ------------------------------------------------------------------ valid configs
 
+def test_infinite_steps_per_print_is_never_in_a_dict_and_in_a_file(tmp_path):
+    # what HF's Trainer and accelerate write, also into the config zero.Init reads
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 8, "steps_per_print": Infinity}')
+    for source in ({"train_batch_size": 8, "steps_per_print": float("inf")}, tmp_path / "ds.json"):
+        assert C.parse(source, dp=2).steps_per_print is None and C.problems(source) == []
+
+
 def test_defaults_are_deepspeeds_code_defaults():
     cfg = C.parse({"train_batch_size": 8}, dp=2)
     assert cfg.gradient_clipping == 1.0 and cfg.steps_per_print is None and cfg.precision == "fp32"

@@ -68,7 +68,16 @@ class ConfigWarning(UserWarning):
 # ---------------------------------------------------------------- public entry points
 
 def load(config) -> dict:
-    """The config as a dict: a dict (copied), a path to a JSON file, or base64-encoded JSON (as DeepSpeed)."""
+    """The config as a dict: a dict (copied), a path to a JSON file, or base64-encoded JSON (as DeepSpeed).
+    ``steps_per_print`` infinity (what accelerate and HF's Trainer write for "never": DeepSpeed's modulo never
+    hits it) reads as None, zero_ref's never."""
+    raw = _load(config)
+    if raw.get("steps_per_print") == float("inf"):
+        raw["steps_per_print"] = None
+    return raw
+
+
+def _load(config) -> dict:
     if isinstance(config, dict):
         return dict(config)
     if not isinstance(config, (str, os.PathLike)):

@@ -72,8 +72,6 @@ def initialize(args=None, model: nn.Module | None = None, optimizer=None, model_
             raise ValueError(f"initialize: {name}= (model parallelism) is not supported by zero_ref's engine")
     # a missing file or bad JSON fails here, before any process group exists
     raw = load(config_source(args, config, config_params))
-    if raw.get("steps_per_print") == float("inf"):  # accelerate's "never print" (DeepSpeed's modulo never hits it)
-        raw = {**raw, "steps_per_print": None}
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     kind = next((engine for module, engine in ENGINES.items() if isinstance(model, module)), Engine)
     engine = kind(model, raw, optimizer=optimizer, model_parameters=model_parameters, training_data=training_data,
