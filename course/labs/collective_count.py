@@ -3,9 +3,11 @@
     with count_collectives() as log:    # {op: [calls, payload bytes]}
         engine.step()
 
-DeepSpeed's communication backend looks each collective up on ``torch.distributed`` at every call
-(deepspeed/comm/torch.py, ``TorchBackend.all_reduce`` and the others), so wrapping the module's functions
-for the length of a ``with`` block sees every collective it sends, whatever the caller.
+The wrappers replace the module's functions for the length of the ``with`` block, so a library sees them
+where it looks a collective up on ``torch.distributed``. DeepSpeed's backend looks up ``all_reduce``,
+``reduce`` and ``broadcast`` at every call, but keeps ``all_gather_into_tensor`` and
+``reduce_scatter_tensor`` from when it is made (deepspeed/comm/torch.py, ``TorchBackend.__init__`` →
+``get_all_gather_function``): enter the block before ``deepspeed.initialize`` makes it, and keep it open.
 """
 from collections import defaultdict
 from contextlib import contextmanager
