@@ -1,4 +1,5 @@
-"""Chapter 3's harness: ZeRO-1 against data parallelism on real ranks, the flat-buffer figure, Task 3.3's check.
+"""Chapter 3's harness: the stages against data parallelism on real ranks (chapter 4 runs them too), the
+flat-buffer figure, Task 3.3's check.
 
 The rank functions run under ``zero_ref.launch`` (cloudpickle sends them by name, so the child imports this
 module); everything a chapter's cell sets (model config, Adam, the run list, the student's class) comes in
@@ -16,24 +17,35 @@ RANK_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
 
 
 def train(rank, world_size, runs, cfg, adam, steps, micro):
-    """Each (precision, stage) of ``runs`` on this rank: final parameters, bytes held, communication, padding."""
+    """Each run of ``runs`` on this rank: (precision, stage), or (precision, stage, GAS, reduce_bucket_size) as
+    chapter 4 varies them. Per run: final parameters, bytes held, communication, padding, the buckets'
+    (numel, padded numel), and how many collectives had been issued as each gradient of the first backward
+    arrived."""
     out = {}
-    for precision, stage in runs:
+    for run in runs:
+        precision, stage, gas, bucket = (*run, 1, None) if len(run) == 2 else run
         torch.manual_seed(0)                                   # the same initial weights on every rank
         model = GPT(cfg)
-        opt = STAGES[stage](model, adam=adam, precision=precision)
+        sizes = {} if bucket is None else {"reduce_bucket_size": bucket}
+        opt = STAGES[stage](model, adam=adam, precision=precision, gradient_accumulation_steps=gas, **sizes)
+        issued = []                                            # collectives issued when each gradient arrived
         with comm.recording() as log:
+            for p in model.parameters():                       # registered after the stage's own hooks
+                p.register_post_accumulate_grad_hook(lambda p: issued.append(len(log.records)))
             for step in range(steps):
-                idx, targets = make_batch(cfg, micro * world_size, seed=step)   # one global batch
-                mine = slice(rank * micro, (rank + 1) * micro)                   # this rank's part of it
-                _, loss = model(idx[mine], targets[mine])
-                opt.backward(loss)
-                opt.step()
-        out[precision, stage] = {
+                idx, targets = make_batch(cfg, micro * world_size * gas, seed=step)   # one global batch
+                for k in range(gas):
+                    start = (k * world_size + rank) * micro                          # this rank's part of it
+                    _, loss = model(idx[start:start + micro], targets[start:start + micro])
+                    opt.backward(loss)
+                    opt.step()
+        out[run] = {
             "params": torch.cat([p.detach().float().flatten() for p in model.parameters()]),
             "held": {cat: unique_storage_bytes(ts) for cat, ts in opt.state_tensors().items()},
             "comm": log.by_op(),
             "padded": sum(b.layout.padded_numel for b in opt.buckets),
+            "buckets": [(b.layout.numel, b.layout.padded_numel) for b in opt.buckets],
+            "issued": issued[:len(list(model.parameters()))],   # the first backward
         }
     return out
 
