@@ -7,7 +7,7 @@ from torch.profiler import ProfilerActivity, profile
 from zero_ref import comm
 
 
-def gloo_routines(world: int, numel: int = 1 << 16) -> list[str]:
+def profile_gloo_routines(world: int, numel: int = 1 << 16) -> list[str]:
     """The ``gloo:*`` profiler events of one all-reduce, one reduce-scatter and one all-gather, in time order."""
     full, shard = torch.ones(numel), torch.ones(numel // world)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
