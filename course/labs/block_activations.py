@@ -35,8 +35,8 @@ def measure_block(rank, world, seqs, modes, hidden, heads, batch):
 
 
 def bytes_per_layer_figure(measured, seqs, batch, hidden, heads, tp=2):
-    """Left: the formula's bytes per layer per rank over s for the tiny block, with ``measured`` ({(s, sp, rc):
-    bytes}, LayerNorm statistics taken off) as points; right: GPT-3 175B at t = 8, b = 1, with 80 GB for scale."""
+    """Left: the formula's bytes per layer per rank over s for the tiny block, and as points ``measured`` (what
+    ``measure_block`` returns) less the LayerNorm statistics; right: GPT-3 175B at t = 8, b = 1, 80 GB for scale."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     xs = list(range(16, 513, 8))
     ax1.plot(xs, [activation_bytes_per_layer(s, batch, hidden, heads) / 1e3 for s in xs], color="gray", ls=":",
@@ -44,7 +44,7 @@ def bytes_per_layer_figure(measured, seqs, batch, hidden, heads, tp=2):
     for (sp, rc), (color, label) in STYLES.items():
         ax1.plot(xs, [activation_bytes_per_layer(s, batch, hidden, heads, tp=tp, sp=sp, recompute=rc) / 1e3 for s in xs],
                  color=color, label=label)
-        ln_stats = [0 if rc == "full" else 8 * s * batch // (tp if sp else 1) for s in seqs]
+        ln_stats = [0 if rc == "full" else 8 * s * batch // (tp if sp else 1) for s in seqs]  # as chapter 26 measures
         ax1.scatter(seqs, [(measured[(s, sp, rc)] - ln) / 1e3 for s, ln in zip(seqs, ln_stats)], color=color, zorder=3,
                     s=25)
     s_star = 34 * hidden / (5 * heads)
