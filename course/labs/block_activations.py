@@ -42,9 +42,9 @@ def bytes_per_layer_figure(measured, seqs, batch, hidden, heads, tp=2):
     ax1.plot(xs, [activation_bytes_per_layer(s, batch, hidden, heads) / 1e3 for s in xs], color="gray", ls=":",
              label="one GPU")
     for (sp, rc), (color, label) in STYLES.items():
-        ax1.plot(xs, [activation_bytes_per_layer(s, batch, hidden, heads, tp=tp, sp=sp, recompute=rc) / 1e3 for s in xs],
-                 color=color, label=label)
-        ln_stats = [0 if rc == "full" else 8 * s * batch // (tp if sp else 1) for s in seqs]  # as chapter 26 measures
+        formula = [activation_bytes_per_layer(s, batch, hidden, heads, tp=tp, sp=sp, recompute=rc) for s in xs]
+        ax1.plot(xs, [v / 1e3 for v in formula], color=color, label=label)
+        ln_stats = [0 if rc == "full" else 8 * s * batch // (tp if sp else 1) for s in seqs]
         ax1.scatter(seqs, [(measured[(s, sp, rc)] - ln) / 1e3 for s, ln in zip(seqs, ln_stats)], color=color, zorder=3,
                     s=25)
     s_star = 34 * hidden / (5 * heads)

@@ -21,7 +21,8 @@ def bytes_per_rank(ax, root, psi: int, stages=(0, 1, 2, 3), world: int = 2) -> N
             bottom = 0
             for label, pattern, color in FILE_KINDS:
                 f = pattern.format(r=r)
-                kib = reader.state_bytes(f) / 1024 if f in reader.meta["file_bytes"] and (r == 0 or "{r}" in pattern) else 0
+                written = f in reader.meta["file_bytes"] and (r == 0 or "{r}" in pattern)  # model states: rank 0's
+                kib = reader.state_bytes(f) / 1024 if written else 0
                 ax.bar(stage * 3 + r, kib, bottom=bottom, color=color, label=label if stage == r == 0 else None)
                 bottom += kib
     ax.set_xticks([s * 3 + 0.5 for s in stages], [f"stage {s}\nrank 0 | 1" for s in stages])

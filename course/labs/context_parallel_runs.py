@@ -36,7 +36,8 @@ def attention_runs(rank, world, s, b, heads, d):
                 (out * shard(dout)).sum().backward()
             want = [shard(t) for t in (ref.detach(), *(f.grad for f in full))]
             got = [out.detach(), *(m.grad for m in mine)]
-            result[kind, cp] = dict(error=max((a - b).abs().max().item() for a, b in zip(got, want)), saved=saved.total,
+            result[kind, cp] = dict(error=max((x - y).abs().max().item() for x, y in zip(got, want)),
+                                    saved=saved.total,
                                     handed=[log.total_bytes("send") + log.total_bytes("all_to_all") for log in (fwd, bwd)],
                                     wire=[log.total_wire_bytes() for log in (fwd, bwd)])
     return result
@@ -62,7 +63,8 @@ def ulysses_run(rank, world, ulysses):
 
     yours, sent = run(ulysses)
     theirs, _ = run(ulysses_attention)
-    error = lambda got, want: max((a - b).abs().max().item() if a is not None else float("inf") for a, b in zip(got, want))
+    error = lambda got, want: max((a - b).abs().max().item() if a is not None else float("inf")
+                                  for a, b in zip(got, want))
     single = [shard(t) for t in (out.detach(), *(f.grad for f in full))]
     try:                                                          # 5 heads: no even split over 2 or 4 ranks
         ulysses(*(torch.randn(8 // world, 1, 5, 8, dtype=torch.float64) for _ in range(3)), dist.group.WORLD)
