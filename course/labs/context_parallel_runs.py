@@ -38,7 +38,8 @@ def attention_runs(rank, world, s, b, heads, d):
             got = [out.detach(), *(m.grad for m in mine)]
             result[kind, cp] = dict(error=max((x - y).abs().max().item() for x, y in zip(got, want)),
                                     saved=saved.total,
-                                    handed=[log.total_bytes("send") + log.total_bytes("all_to_all") for log in (fwd, bwd)],
+                                    handed=[log.total_bytes("send") + log.total_bytes("all_to_all")
+                                            for log in (fwd, bwd)],
                                     wire=[log.total_wire_bytes() for log in (fwd, bwd)])
     return result
 
