@@ -3,6 +3,7 @@
 The rank function runs under ``zero_ref.launch`` (cloudpickle sends it by name, so the child imports this
 module).
 """
+from course.labs.deepspeed_cpu import import_deepspeed
 
 
 class DataParallel:
@@ -17,11 +18,7 @@ class DataParallel:
 
 def deepspeed_batches(rank, world_size, cases):
     """DeepSpeed 0.19.8's DeepSpeedConfig on each (batch keys, dp): the resolved triple, or its refusal."""
-    import os
-    os.environ["DS_ACCELERATOR"] = "cpu"
-    import deepspeed
-    import deepspeed.ops
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False   # gloo only: skip the shm op's C++ build
+    deepspeed = import_deepspeed()
     from deepspeed.runtime.config import DeepSpeedConfig
     deepspeed.init_distributed(dist_backend="gloo")                  # DeepSpeedConfig asks for a rank first
     out = []
