@@ -9,9 +9,6 @@ import pytest
 from course import edition
 
 GLOSSARY = Path(edition.ROOT) / "course" / "glossary.md"
-# Chapters whose Chinese text is being rewritten beside this check (issue 38: chapters 5-8 and 21-30 change
-# in other branches); the check covers them once those land. Their current counts: see test_pending_counts.
-PENDING = {5, 6, 7, 8, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30}
 
 
 def banned() -> list[tuple[str, re.Pattern]]:
@@ -52,13 +49,4 @@ def test_the_banned_renderings_catch_the_review_examples():
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_the_edition_keeps_to_the_glossary(path):
-    if int(path.stem[2:4]) in PENDING:
-        pytest.skip(f"{path.stem}: rewritten in another branch of issue 38 (PENDING); checked once it lands")
     assert violations(path) == []
-
-
-def test_pending_counts():
-    """What the pending chapters still hold (printed with -s; the lead applies the renames after merging)."""
-    counts = {p.stem: len(violations(p)) for p in CHAPTERS if int(p.stem[2:4]) in PENDING}
-    print("glossary violations in pending chapters:", counts)
-    assert set(counts) <= {p.stem for p in CHAPTERS}
