@@ -116,36 +116,55 @@ def moe_forward(rank, world_size, ep_size, token_seeds):
 
 
 def ep_moe_run(rank, world, ep_moe):
-    """The student's layer on this rank against zero_ref's single-process MoE holding every expert."""
+    """The student's DeepSpeed top-1 layer on this rank against DeepSpeed's MoE layer (zero_ref.ds's) holding every
+    expert in one process: output, l_aux, exp_counts and the gradients of x, the gate and the rank's expert under
+    (y·dy).sum() + 0.1·l_aux, the all-to-all bytes, and which of the rank's tokens each rule keeps."""
     import copy
 
-    cfg, n, cf = GPTConfig(vocab_size=8, seq_len=18, d_model=16, n_heads=2, n_layers=1), 18, 1.0
+    import torch.nn as nn
+
+    from zero_ref.ds.moe.layer import MoE
+
+    n, d, cf, coef = 12, 16, 1.0, 0.1                 # C = max(⌈12/4 · 1.0⌉, min_capacity 4) = 4 at E = 4
     torch.manual_seed(0)
-    ref = moe.MoE(cfg, num_experts=world, k=1, capacity_factor=cf)
-    xs = [torch.randn(n, cfg.d_model, requires_grad=True) for _ in range(world)]   # every rank's tokens
-    dys = [torch.randn(n, cfg.d_model) for _ in range(world)]
-    ys = []
-    for r, (x, dy) in enumerate(zip(xs, dys)):
-        ys.append(ref(x))                 # each rank's tokens routed on their own: the capacity is per rank
+    ref = MoE(hidden_size=d, expert=nn.Sequential(nn.Linear(d, 32), nn.GELU(), nn.Linear(32, d)), num_experts=world,
+              k=1, capacity_factor=cf)                # DeepSpeed's defaults: min_capacity 4, use_rts True
+    experts, gate = ref.deepspeed_moe.experts.deepspeed_experts, ref.deepspeed_moe.gate.wg
+    with torch.no_grad():
+        for i, e in enumerate(experts):               # DeepSpeed copies one expert into every slot: tell them apart
+            e[0].bias.add_(0.1 * i)
+        gate.weight.mul_(4.0)                         # a confident router: experts overflow, random selection matters
+    xs = [torch.randn(n, d, generator=torch.Generator().manual_seed(20 + r)).requires_grad_() for r in range(world)]
+    dys = [torch.randn(n, d, generator=torch.Generator().manual_seed(40 + r)) for r in range(world)]
+    total = 0
+    for r in range(world):                            # each rank's tokens routed on their own: C is per rank
+        torch.manual_seed(100 + r)                    # the random token selection's draw
+        y, l_aux, counts = ref(xs[r])
+        loss = (y * dys[r]).sum() + coef * l_aux
         if r == rank:
-            dropped_ref = ref.routing.dropped
-            gate_grad = torch.autograd.grad((ys[-1] * dy).sum(), ref.gate.weight, retain_graph=True)[0]
-    sum((y * dy).sum() for y, dy in zip(ys, dys)).backward()   # expert `rank` sums every rank's tokens
-    x = xs[rank].detach().clone().requires_grad_()
-    gate_weight = ref.gate.weight.detach().clone().requires_grad_()
-    expert = copy.deepcopy(ref.experts[str(rank)])
+            want = dict(y=y.detach(), l_aux=l_aux.item(), counts=counts.tolist(), kept=ref.routing.kept[:, 0].tolist(),
+                        gate=torch.autograd.grad(loss, gate.weight, retain_graph=True)[0])
+        total = total + loss
+    total.backward()                                  # expert `rank` sums every rank's tokens
+    torch.manual_seed(100 + rank)
+    draw = torch.distributions.uniform.Uniform(torch.tensor(0.0), torch.tensor(1.0)).rsample((n, world))
+    torch.manual_seed(rank)                           # the layer gets the draw, not the random stream behind it
+    x, gate_weight = xs[rank].detach().clone().requires_grad_(), gate.weight.detach().clone().requires_grad_()
+    expert = copy.deepcopy(experts[rank])
     expert.zero_grad(set_to_none=True)
     with comm.recording() as forward:
-        y, dropped = ep_moe(x, gate_weight, expert, cf)
+        y, l_aux, counts = ep_moe(x, gate_weight, expert, cf, draw)
     with comm.recording() as backward:
-        (y * dys[rank]).sum().backward()
+        ((y * dys[rank]).sum() + coef * l_aux).backward()
     close = lambda a, b: a is not None and torch.allclose(a, b, rtol=1e-5, atol=1e-5)
-    grads = [close(x.grad, xs[rank].grad), close(gate_weight.grad, gate_grad),
-             all(close(a.grad, b.grad) for a, b in zip(expert.parameters(), ref.experts[str(rank)].parameters()))]
-    per_call = moe.dispatch_bytes(world, moe.capacity(n, world, 1, cf), cfg.d_model)
+    grads = [close(x.grad, xs[rank].grad), close(gate_weight.grad, want["gate"]),
+             all(close(a.grad, b.grad) for a, b in zip(expert.parameters(), experts[rank].parameters()))]
+    choice = (xs[rank].detach() @ gate.weight.detach().T).argmax(-1)
+    in_order = [bool((choice[:t] == choice[t]).sum() < 4) for t in range(n)]   # the first C of each expert's queue
     a2a = [[int(r.bytes) for r in log.records if r.op == "all_to_all"] for log in (forward, backward)]
-    return dict(out=close(y, ys[rank]), grads=grads, dropped=int(dropped), dropped_ref=dropped_ref,
-                a2a=a2a, per_call=per_call)
+    return dict(out=close(y, want["y"]), l_aux=float(l_aux), l_aux_ref=want["l_aux"],
+                counts=[int(c) for c in counts], counts_ref=want["counts"], grads=grads, a2a=a2a,
+                per_call=moe.dispatch_bytes(world, 4, d), kept=sum(want["kept"]), differs=want["kept"] != in_order)
 
 
 def counts_first_run(rank, world, counts_first_moe):

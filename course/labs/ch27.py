@@ -1,5 +1,6 @@
-"""Chapter 27's fault-injection harness for Task 27.3: a student's sharded save on two real ranks, once clean and
-once with a rank killed (SIGKILL) half-way through its shard, and the checkpoint folder read back afterwards.
+"""Chapter 27's harnesses. Task 27.3: a student's sharded save on two real ranks, once clean and once with a rank
+killed (SIGKILL) half-way through its shard, and the checkpoint folder read back afterwards. Task 27.1: a student's
+asynchronous save on two real ranks with slow writers, timed, and read back after its commit.
 
 A save is ``save(rank, world, save_dir, tag, write)``: ``write(path)`` writes this rank's shard of ``tag`` to
 ``path``. A checkpoint is complete when its folder holds every rank's shard with the bytes ``shard_bytes`` gives.
@@ -80,3 +81,59 @@ def trial(save, root: str, world: int = 2, victim: int = 1) -> dict:
     except LaunchError as e:
         ended = type(e).__name__
     return {"clean": clean, "killed": inspect(save_dir, world), "killed_launch": ended}
+
+
+# Task 27.1: an asynchronous save. Each rank's writer is this slow; the commit must wait for the slower one.
+ASYNC_WRITE_S = (0.4, 0.8)
+ASYNC_STALL_S = 0.2  # the most an asynchronous save may hold the step: half the faster write
+
+
+def _latest(save_dir: str):
+    path = os.path.join(save_dir, "latest")
+    return open(path).read().strip() if os.path.isfile(path) else None
+
+
+def _async_inspect(save_dir: str, world: int, tag: str) -> dict:
+    """``latest``, and the first weight in every rank's shard of ``tag`` (None where a shard is missing or torn)."""
+    import torch
+
+    values = []
+    for r in range(world):
+        try:
+            values.append(float(torch.load(os.path.join(save_dir, tag, shard_name(r)), weights_only=True)["w"][0]))
+        except Exception:
+            values.append(None)
+    return {"latest": _latest(save_dir), "weights": values}
+
+
+def _async_saves(rank: int, world: int, async_save, save_dir: str) -> list[dict]:
+    import torch
+
+    state = {"w": torch.full((4096,), float(rank))}  # this rank's shard of the weights
+
+    def write(path, snapshot):
+        time.sleep(ASYNC_WRITE_S[rank])  # a slow file system
+        torch.save(snapshot, path)
+
+    out = []
+    for tag in ("step1", "step2"):
+        start = time.perf_counter()
+        commit = async_save(rank, world, save_dir, tag, state, write)
+        stall = time.perf_counter() - start
+        saved = float(state["w"][0])
+        with torch.no_grad():
+            state["w"].add_(1.0)  # the next optimizer step updates the weights in place
+        during = _latest(save_dir)  # while the writers still run
+        commit()
+        out.append(dict(tag=tag, stall=stall, saved=saved, during=during,
+                        after=_async_inspect(save_dir, world, tag) if rank == 0 else None))
+    return out
+
+
+def async_trial(async_save, root: str, world: int = 2) -> list[list[dict]]:
+    """Task 27.1's check: ``async_save`` saves step1 and step2 on ``world`` real ranks into a new folder under
+    ``root``. Per rank and save: how long the call held the step, the weight at the save, ``latest`` before
+    ``commit()``, and (rank 0) ``latest`` and every shard's first weight once ``commit()`` returned."""
+    os.makedirs(root, exist_ok=True)
+    save_dir = tempfile.mkdtemp(prefix="async-", dir=root)
+    return zero_ref.launch(_async_saves, world, async_save, save_dir, timeout=120, echo=False)

@@ -1,6 +1,30 @@
 """Chapter 27: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
+    # a one-thread pool's future instead of a Thread, copy.deepcopy as the snapshot, the commit written out (an
+    # all-reduce of finished writers as the agreement, the rename and `latest` by hand)
+    "27.1": '''
+import copy
+from concurrent.futures import ThreadPoolExecutor
+hidden = os.path.join(save_dir, f".{tag}.tmp")
+os.makedirs(hidden, exist_ok=True)
+pool = ThreadPoolExecutor(max_workers=1)
+job = pool.submit(write, os.path.join(hidden, ch27.shard_name(rank)), copy.deepcopy(state))
+
+def commit():
+    job.result()
+    pool.shutdown()
+    done = torch.ones(1)
+    torch.distributed.all_reduce(done)
+    if rank == 0:
+        os.rename(hidden, os.path.join(save_dir, tag))
+        with open(os.path.join(save_dir, ".latest.aside"), "w") as f:
+            f.write(tag)
+        os.replace(os.path.join(save_dir, ".latest.aside"), os.path.join(save_dir, "latest"))
+    torch.distributed.barrier()
+
+return commit
+''',
     # assemble every parameter's flat master from its pieces, pad the bucket, then cut this rank's slice
     "27.2": '''
 total = sum(n for _, n in params)
@@ -37,10 +61,6 @@ torch.distributed.barrier()
 }
 
 WRONG = {
-    # every rank writes a full shard: the padding of the last one counted as if it were written
-    "27.1": '''
-return 12 * -(-sum(numels) // world)
-''',
 }
 
 _PIECES = '''
@@ -53,6 +73,75 @@ for name, n in params:
 '''
 
 MORE_WRONG = [
+    # synchronous: the shard written before the call returns (the checkpoint is right, but the step waits for
+    # the whole write, 0.4 and 0.8 s; the stall check fails)
+    {"27.1": '''
+hidden = os.path.join(save_dir, f".{tag}.tmp")
+os.makedirs(hidden, exist_ok=True)
+write(os.path.join(hidden, ch27.shard_name(rank)), state)
+
+def commit():
+    torch.distributed.barrier()
+    if rank == 0:
+        sharded.commit(save_dir, hidden, tag, True)
+    torch.distributed.barrier()
+
+return commit
+'''},
+    # no copy: the writer saves `state` itself, after the next step has changed it (the shards hold the weights
+    # of the step after the save)
+    {"27.1": '''
+hidden = os.path.join(save_dir, f".{tag}.tmp")
+os.makedirs(hidden, exist_ok=True)
+writer = threading.Thread(target=write, args=(os.path.join(hidden, ch27.shard_name(rank)), state))
+writer.start()
+
+def commit():
+    writer.join()
+    torch.distributed.barrier()
+    if rank == 0:
+        sharded.commit(save_dir, hidden, tag, True)
+    torch.distributed.barrier()
+
+return commit
+'''},
+    # DeepSpeed's DataStatesCheckpointEngine order: each rank waits for its own writer only, so rank 0 renames the
+    # folder while rank 1 is still writing (rank 1's shard is missing from the visible checkpoint)
+    {"27.1": '''
+snapshot = {k: v.clone() for k, v in state.items()}
+hidden = os.path.join(save_dir, f".{tag}.tmp")
+os.makedirs(hidden, exist_ok=True)
+writer = threading.Thread(target=write, args=(os.path.join(hidden, ch27.shard_name(rank)), snapshot))
+writer.start()
+
+def commit():
+    writer.join()
+    if rank == 0:
+        sharded.commit(save_dir, hidden, tag, True)
+
+return commit
+'''},
+    # `latest` moved when the save starts, not when it is committed: a reader sees a tag whose files are still
+    # being written
+    {"27.1": '''
+snapshot = {k: v.clone() for k, v in state.items()}
+hidden = os.path.join(save_dir, f".{tag}.tmp")
+os.makedirs(hidden, exist_ok=True)
+writer = threading.Thread(target=write, args=(os.path.join(hidden, ch27.shard_name(rank)), snapshot))
+writer.start()
+if rank == 0:
+    with open(os.path.join(save_dir, "latest"), "w") as f:
+        f.write(tag)
+
+def commit():
+    writer.join()
+    torch.distributed.barrier()
+    if rank == 0:
+        os.rename(hidden, os.path.join(save_dir, tag))
+    torch.distributed.barrier()
+
+return commit
+'''},
     # the padding left out: the last of four ranks gets 3,300 elements instead of 3,303
     {"27.2": _PIECES + '''
 shard = -(-flat.numel() // world)
