@@ -125,14 +125,50 @@ def manual_dp(rank, world, step_fn, cfg, global_batch, steps):
             return adamw_step(*args, **kwargs)
 
         opt.step = recording_step
-        sent = []
+        sent, backwards = [], []
+        # one backward pass fills .grad once per parameter, however often forward used it (the tied embedding)
+        model.tok_emb.weight.register_post_accumulate_grad_hook(lambda p: backwards.append(len(sent)))
         for step in range(steps):
             idx, targets = make_batch(cfg, global_batch, seed=100 + step)
             mine = [(idx[s:s + micro], targets[s:s + micro]) for s in ((m * world + rank) * micro for m in range(gas))]
             with comm.recording() as log:
                 step_fn(model, opt, mine, None)
             sent.append(int(sum(v["bytes"] for v in log.by_op().values())))
-        out[micro, gas] = torch.cat([p.detach().flatten() for p in model.parameters()]), sent, stepped
+        per_step = [backwards.count(step) for step in range(steps)]
+        out[micro, gas] = torch.cat([p.detach().flatten() for p in model.parameters()]), sent, stepped, per_step
+    return out
+
+
+def masked_batch(cfg, n_tokens: int, seed: int):
+    """Two sequences of ``cfg``; only the first ``n_tokens`` targets count, the rest are padding (−100)."""
+    idx, targets = make_batch(cfg, batch_size=2, seed=seed)
+    flat = targets.flatten().clone()
+    flat[n_tokens:] = -100
+    return idx, flat.view_as(targets)
+
+
+def token_weighted(rank, world, weights_fn, cfg, cases):
+    """Per case (the real tokens of each rank's micro-batches): this rank's weights from ``weights_fn(its counts,
+    gas, None)``; the gradient a stage ends with (backward of weight × loss / GAS per micro-batch, then the
+    average over the ranks); and one process's gradient of the mean over every token of every rank."""
+    out = []
+    for case, counts in enumerate(cases):
+        gas = len(counts[rank])
+        batches = [[masked_batch(cfg, n, seed=1000 * case + 10 * r + i) for i, n in enumerate(cs)]
+                   for r, cs in enumerate(counts)]
+        weights = [float(w) for w in weights_fn(list(counts[rank]), gas, None)]
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        for w, (idx, targets) in zip(weights, batches[rank]):
+            (model(idx, targets)[1] * w / gas).backward()  # what the stage's backward(w × loss) does
+        reduced = torch.cat([p.grad.flatten() for p in model.parameters()])
+        comm.all_reduce(reduced)
+        reduced /= world  # the stage's average over the ranks
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        token_sum = sum(model(idx, t)[1] * n for cs, bs in zip(counts, batches) for n, (idx, t) in zip(cs, bs))
+        (token_sum / sum(map(sum, counts))).backward()
+        out.append((weights, reduced, torch.cat([p.grad.flatten() for p in model.parameters()])))
     return out
 
 

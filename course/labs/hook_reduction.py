@@ -26,9 +26,9 @@ def rank_gradients(cfg, rank: int, world: int, batch: int = 4) -> tuple[list[tor
     return mine, torch.cat([g.reshape(-1) for g in average])
 
 
-def reduce_once(hook, grads: list[torch.Tensor], world: int, rank: int, group=None):
-    """(what ``hook`` left in a bucket holding ``grads``, flattened; the ``comm.recording()`` of its calls)."""
-    b = Bucket(0, [torch.nn.Parameter(torch.zeros_like(g)) for g in grads], world, rank)
+def reduce_once(hook, grads: list[torch.Tensor], world: int, rank: int, group=None, index: int = 0):
+    """(what ``hook`` left in bucket ``index`` holding ``grads``, flattened; the ``comm.recording()`` of its calls)."""
+    b = Bucket(index, [torch.nn.Parameter(torch.zeros_like(g)) for g in grads], world, rank)
     b.flat_grad = torch.zeros_like(b.flat_param)
     for view, g in zip(b.layout.unflatten(b.flat_grad), grads):
         view.copy_(g)

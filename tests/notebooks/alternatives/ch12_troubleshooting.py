@@ -12,12 +12,13 @@ if len(set(calls)) > 1:
 comm.all_reduce(tensor, group=group)
 return tensor
 ''',
-    # rank 0 draws the flags and broadcasts them: every rank uses rank 0's draw
+    # every rank draws from its own generator, all draws are gathered, and step s uses rank (s mod n)'s draw
     "12.4": '''
-flags = torch.tensor([float(k) for k in planted_keep(step, 0, world_size, seed)]) if rank == 0 \
-    else torch.zeros(LCFG.n_layers)
-comm.broadcast(flags, src=0)
-return [bool(f) for f in flags.tolist()]
+mine = torch.rand(LCFG.n_layers, generator=rng)
+everyone = torch.empty(world_size * LCFG.n_layers)
+comm.all_gather(everyone, mine)
+chosen = everyone.view(world_size, LCFG.n_layers)[step % world_size]
+return [bool(u >= P_DROP) for u in chosen.tolist()]
 ''',
 }
 
@@ -98,9 +99,19 @@ return tensor
     {"12.4": '''
 return [i != 1 for i in range(LCFG.n_layers)]
 '''},
-    # the rank left out of the seed, and the step too: the same flags at every step
+    # a seed of one's own, shared by construction (the step): the ranks agree, but the flags ignore their generators
     {"12.4": '''
-g = torch.Generator().manual_seed(1000 * seed)
+g = torch.Generator().manual_seed(step)
 return (torch.rand(LCFG.n_layers, generator=g) >= P_DROP).tolist()
+'''},
+    # agreement by all-reduce (min): a block is kept only if every rank kept it, so it drops with 1 − 0.7² = 0.51
+    {"12.4": '''
+flags = (torch.rand(LCFG.n_layers, generator=rng) >= P_DROP).float()
+comm.all_reduce(flags, op="min")
+return [bool(f) for f in flags.tolist()]
+'''},
+    # each rank keeps its own draw: the planted fault (ZeRO-3 raises at the first step)
+    {"12.4": '''
+return (torch.rand(LCFG.n_layers, generator=rng) >= P_DROP).tolist()
 '''},
 ]

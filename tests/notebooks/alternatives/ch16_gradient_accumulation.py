@@ -22,20 +22,26 @@ return micro, gas
 ''',
 }
 
-WRONG = {
-    # each micro-batch weighted by its share of the tokens, forgetting that backward divides by GAS
-    "16.2": '''
-total = sum(token_counts)
-return [n / total for n in token_counts]
-''',
-}
+# Task 16.2: every rank's counts gathered (all_gather), the weights as n / (N / (gas · dp))
+RIGHT["16.2"] = '''
+world = comm.get_world_size(group)
+mine = torch.tensor([float(sum(token_counts))])
+everyone = torch.empty(world)
+comm.all_gather(everyone, mine, group=group)
+per_slot = everyone.sum().item() / (gas * world)
+return [n / per_slot for n in token_counts]
+'''
 
-# Task 16.3: the mean of the micro-batch losses in one backward, one all-reduce per parameter
+# Task 16.3: each micro-batch's backward unscaled, the GAS and the ranks divided out of the gradients afterwards
 RIGHT["16.3"] = '''
-torch.stack([model(i, t)[1] for i, t in micro_batches]).mean().backward()
+for idx, targets in micro_batches:
+    _, loss = model(idx, targets)
+    loss.backward()
+scale = 1.0 / (len(micro_batches) * comm.get_world_size(group))
 for p in model.parameters():
-    comm.all_reduce(p.grad, group=group)
-    p.grad /= comm.get_world_size(group)
+    if p.grad is not None:
+        comm.all_reduce(p.grad, group=group)
+        p.grad.mul_(scale)
 optimizer.step()
 optimizer.zero_grad(set_to_none=True)
 '''
@@ -84,4 +90,30 @@ optimizer.zero_grad()
 '''},
     # the memory limit ignored: any micro-batch that divides the batch
     {"16.1": _CHOOSE.format(**{**_RIGHT, "max_micro": "global_batch"})},
+    # 16.2: each rank normalizes by its own tokens (no communication): right only when every rank holds as many;
+    # 16.3: no accumulation, one backward of the stacked mean of all micro-batches (all activations alive at once)
+    {"16.2": '''
+total = sum(token_counts)
+return [gas * n / total for n in token_counts]
+''',
+     "16.3": '''
+torch.stack([model(i, t)[1] for i, t in micro_batches]).mean().backward()
+for p in model.parameters():
+    comm.all_reduce(p.grad, group=group)
+    p.grad /= comm.get_world_size(group)
+optimizer.step()
+optimizer.zero_grad(set_to_none=True)
+'''},
+    # the global token count and GAS, but not the average over the ranks the stage takes afterwards
+    {"16.2": '''
+total = torch.tensor([float(sum(token_counts))])
+comm.all_reduce(total, group=group)
+return [gas * n / total.item() for n in token_counts]
+'''},
+    # the global token count, but forgetting that backward divides by GAS
+    {"16.2": '''
+total = torch.tensor([float(sum(token_counts))])
+comm.all_reduce(total, group=group)
+return [comm.get_world_size(group) * n / total.item() for n in token_counts]
+'''},
 ]

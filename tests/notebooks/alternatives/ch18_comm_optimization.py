@@ -1,18 +1,28 @@
 """Chapter 18: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
-# Task 18.1 (qgZ): chunks sliced by index, rows stacked, a loop for the sum
+# Task 18.1 (qgZ): chunks sliced by index, rows stacked, a loop for the sum; within the node integers and scales
+# packed into one byte buffer (one all-to-all), across nodes the scales sent before the integers
 RIGHT = {
     "18.1": '''
 rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 nodes, s = world // node_size, flat.numel() // world
 
-def send_rows(rows, group):
+def send_rows(rows, group, packed):
     width = rows[0].numel()
     table = torch.stack(rows)
     q, sc = block_quant.quantize(table, bits=4, rows=len(rows), block=block)
-    q_out, sc_out = torch.empty_like(q), torch.empty_like(sc)
-    comm.all_to_all(q_out, q, group=group)
-    comm.all_to_all(sc_out, sc, group=group)
+    if packed:
+        q2, s2 = q.reshape(len(rows), -1), sc.reshape(len(rows), -1)
+        out = torch.cat([q2.view(torch.uint8), s2.view(torch.uint8)], dim=1).contiguous()
+        got = torch.empty_like(out)
+        comm.all_to_all(got, out, group=group)
+        cut = q2.shape[1]
+        q_out = got[:, :cut].contiguous().view(q.dtype).reshape(q.shape)
+        sc_out = got[:, cut:].contiguous().view(torch.float32).reshape(sc.shape)
+    else:
+        q_out, sc_out = torch.empty_like(q), torch.empty_like(sc)
+        comm.all_to_all(sc_out, sc, group=group)
+        comm.all_to_all(q_out, q, group=group)
     back = block_quant.dequantize(q_out, sc_out, width, bits=4, rows=len(rows)).reshape(len(rows), width)
     total = torch.zeros(width)
     for row in back:
@@ -20,10 +30,10 @@ def send_rows(rows, group):
     return total
 
 chunk = lambda m, l: flat[(m * node_size + l) * s:(m * node_size + l + 1) * s].float()
-partial = send_rows([torch.cat([chunk(m, l) for m in range(nodes)]) for l in range(node_size)], intra)
+partial = send_rows([torch.cat([chunk(m, l) for m in range(nodes)]) for l in range(node_size)], intra, True)
 if nodes == 1:
     return partial
-return send_rows([partial[m * s:(m + 1) * s] for m in range(nodes)], inter)
+return send_rows([partial[m * s:(m + 1) * s] for m in range(nodes)], inter, False)
 ''',
 }
 
@@ -112,3 +122,26 @@ def __call__(self, bucket, group):
     total = sum(C.unpack_signs(out[r]) * cs[r] for r in range(world)) / world
     flat.copy_(total[:flat.numel()])
 '''
+
+# Task 18.2: one error buffer shared by every bucket, used only when its shape fits: with two buckets of
+# different sizes it never does, so no error is ever fed back
+MORE_WRONG.append({"18.2": '''
+def __init__(self, error_feedback=True):
+    self.error_feedback, self.error = error_feedback, None
+
+def __call__(self, bucket, group):
+    g = bucket.flat_grad
+    n, numel = comm.get_world_size(group), g.numel()
+    x = torch.zeros(-(-numel // 8) * 8)
+    x[:numel] = g.float()
+    if self.error_feedback and self.error is not None and self.error.shape == x.shape:
+        x += self.error
+    scale = (x.norm() / x.numel() ** 0.5).reshape(1)
+    signs = C.pack_signs(x)
+    if self.error_feedback:
+        self.error = x - scale * C.unpack_signs(signs)
+    all_signs, scales = torch.empty(n * signs.numel(), dtype=torch.uint8), torch.empty(n)
+    comm.all_gather(all_signs, signs, group=group)
+    comm.all_gather(scales, scale, group=group)
+    g.copy_((C.unpack_signs(all_signs.view(n, -1)) * scales.unsqueeze(1)).mean(0)[:numel])
+'''})
