@@ -1,5 +1,7 @@
 """Chapter 6's harness: offload runs on real ranks, the simulator's offload sweep and its figure, and the runs and
 one-process references of the exercises (the partition's parameter groups; the delayed update)."""
+from unittest import mock
+
 import torch
 
 import sim
@@ -104,18 +106,25 @@ def ex_grad(cfg, micro, net, params, flat, rank, t):
 def offload_exercise(rank, world_size, make_offload, cfg, adam, micro, steps):
     """``steps`` steps of ``make_offload``'s step, without and with delay: ``{delay: (flat16, bytes per step)}``."""
     out = {}
-    for delay in (False, True):
-        net, params, flat = ex_model(cfg)
-        link = offload.Link("cpu", pin_memory=True)       # (pinning needs CUDA: here a plain host buffer)
-        step = make_offload(flat, rank, world_size, link, adam, delay)
-        moved = []
-        for t in range(1, steps + 1):
-            grad = ex_grad(cfg, micro, net, params, flat, rank, t)
-            before = (link.d2h_bytes, link.h2d_bytes)
-            step(grad, t)
-            moved.append((link.d2h_bytes - before[0], link.h2d_bytes - before[1]))
-        out[delay] = flat.clone(), moved
+    with _references_off():
+        for delay in (False, True):
+            net, params, flat = ex_model(cfg)
+            link = offload.Link("cpu", pin_memory=True)       # (pinning needs CUDA: here a plain host buffer)
+            step = make_offload(flat, rank, world_size, link, adam, delay)
+            moved = []
+            for t in range(1, steps + 1):
+                grad = ex_grad(cfg, micro, net, params, flat, rank, t)
+                before = (link.d2h_bytes, link.h2d_bytes)
+                step(grad, t)
+                moved.append((link.d2h_bytes - before[0], link.h2d_bytes - before[1]))
+            out[delay] = flat.clone(), moved
     return out
+
+
+def _references_off():
+    """On a rank, while the exercise runs: the one-process references raise (they are the check's, not an answer)."""
+    refuse = mock.Mock(side_effect=RuntimeError("the one-process reference is the check's: build the step on the ranks"))
+    return mock.patch.multiple(__name__, one_process_reference=refuse, group_reference=refuse)
 
 
 def one_process_reference(cfg, adam, micro, steps, lag):
@@ -165,19 +174,20 @@ def group_exercise(rank, world_size, make_group_step, widths, cfg, steps, max_no
     from zero_ref import comm
 
     out = {}
-    for max_norm in max_norms:
-        layers, params, flat, spans = mlp_flat(widths, world_size)
-        link = offload.Link("cpu", pin_memory=True)
-        step = make_group_step(flat, spans, rank, world_size, link, cfg, max_norm)
-        S = flat.numel() // world_size
-        norms, moved = [], []
-        for t in range(1, steps + 1):
-            shard = torch.empty(S)
-            comm.reduce_scatter(shard, mlp_grad(layers, params, flat, rank, t), op="avg")   # on the device
-            before = (link.d2h_bytes, link.h2d_bytes)
-            norms.append(step(shard, t))
-            moved.append((link.d2h_bytes - before[0], link.h2d_bytes - before[1]))
-        out[max_norm] = flat.clone(), norms, moved
+    with _references_off():
+        for max_norm in max_norms:
+            layers, params, flat, spans = mlp_flat(widths, world_size)
+            link = offload.Link("cpu", pin_memory=True)
+            step = make_group_step(flat, spans, rank, world_size, link, cfg, max_norm)
+            S = flat.numel() // world_size
+            norms, moved = [], []
+            for t in range(1, steps + 1):
+                shard = torch.empty(S)
+                comm.reduce_scatter(shard, mlp_grad(layers, params, flat, rank, t), op="avg")   # on the device
+                before = (link.d2h_bytes, link.h2d_bytes)
+                norms.append(step(shard, t))
+                moved.append((link.d2h_bytes - before[0], link.h2d_bytes - before[1]))
+            out[max_norm] = flat.clone(), norms, moved
     return out
 
 
