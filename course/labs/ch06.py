@@ -1,5 +1,7 @@
-"""Chapter 6's harness: offload runs on real ranks, the simulator's offload sweep and its figure, and the
-runs and one-process reference of the delayed-update exercise."""
+"""Chapter 6's harness: offload runs on real ranks, the simulator's offload sweep and its figure, and the runs and
+one-process references of the exercises (the partition's parameter groups; the delayed update)."""
+from unittest import mock
+
 import torch
 
 import sim
@@ -104,18 +106,25 @@ def ex_grad(cfg, micro, net, params, flat, rank, t):
 def offload_exercise(rank, world_size, make_offload, cfg, adam, micro, steps):
     """``steps`` steps of ``make_offload``'s step, without and with delay: ``{delay: (flat16, bytes per step)}``."""
     out = {}
-    for delay in (False, True):
-        net, params, flat = ex_model(cfg)
-        link = offload.Link("cpu", pin_memory=True)       # (pinning needs CUDA: here a plain host buffer)
-        step = make_offload(flat, rank, world_size, link, adam, delay)
-        moved = []
-        for t in range(1, steps + 1):
-            grad = ex_grad(cfg, micro, net, params, flat, rank, t)
-            before = (link.d2h_bytes, link.h2d_bytes)
-            step(grad, t)
-            moved.append((link.d2h_bytes - before[0], link.h2d_bytes - before[1]))
-        out[delay] = flat.clone(), moved
+    with _references_off():
+        for delay in (False, True):
+            net, params, flat = ex_model(cfg)
+            link = offload.Link("cpu", pin_memory=True)       # (pinning needs CUDA: here a plain host buffer)
+            step = make_offload(flat, rank, world_size, link, adam, delay)
+            moved = []
+            for t in range(1, steps + 1):
+                grad = ex_grad(cfg, micro, net, params, flat, rank, t)
+                before = (link.d2h_bytes, link.h2d_bytes)
+                step(grad, t)
+                moved.append((link.d2h_bytes - before[0], link.h2d_bytes - before[1]))
+            out[delay] = flat.clone(), moved
     return out
+
+
+def _references_off():
+    """On a rank, while the exercise runs: the one-process references raise (they are the check's, not an answer)."""
+    refuse = mock.Mock(side_effect=RuntimeError("the one-process reference is the check's: build the step on the ranks"))
+    return mock.patch.multiple(__name__, one_process_reference=refuse, group_reference=refuse)
 
 
 def one_process_reference(cfg, adam, micro, steps, lag):
@@ -129,3 +138,74 @@ def one_process_reference(cfg, adam, micro, steps, lag):
         adam_step_(master, grad, m, v, t, adam)
         seen.append(master.to(torch.bfloat16))
     return seen[steps - lag]
+
+
+def mlp_flat(widths, world_size):
+    """A tanh MLP in fp32, its parameters views into one flat buffer padded to a multiple of ``world_size``,
+    and the spans ``(start, end, decays)`` of its parameters there (biases take no weight decay)."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])]
+    params = [p for layer in layers for p in (layer.weight, layer.bias)]
+    numel = sum(p.numel() for p in params)
+    flat = torch.zeros(-(-numel // world_size) * world_size)
+    spans, offset = [], 0
+    for p in params:
+        flat[offset:offset + p.numel()] = p.detach().reshape(-1)
+        p.data = flat[offset:offset + p.numel()].view_as(p)
+        spans.append((offset, offset + p.numel(), p.dim() > 1))
+        offset += p.numel()
+    return layers, params, flat, spans
+
+
+def mlp_grad(layers, params, flat, rank, t):
+    """Rank ``rank``'s local gradient at step t (its own 4 samples), flat and padded."""
+    gen = torch.Generator().manual_seed(1000 * t + rank)
+    x = torch.randn(4, layers[0].in_features, generator=gen)
+    y = torch.randn(4, layers[-1].out_features, generator=gen)
+    for i, layer in enumerate(layers):
+        x = layer(x) if i == len(layers) - 1 else torch.tanh(layer(x))
+    grads = torch.autograd.grad(((x - y) ** 2).mean(), params)
+    g = torch.cat([g.reshape(-1) for g in grads])
+    return torch.cat([g, torch.zeros(flat.numel() - g.numel())])
+
+
+def group_exercise(rank, world_size, make_group_step, widths, cfg, steps, max_norms):
+    """``steps`` steps of ``make_group_step``'s step per ``max_norm``: {max_norm: (flat, norms, link bytes per step)}."""
+    from zero_ref import comm
+
+    out = {}
+    with _references_off():
+        for max_norm in max_norms:
+            layers, params, flat, spans = mlp_flat(widths, world_size)
+            link = offload.Link("cpu", pin_memory=True)
+            step = make_group_step(flat, spans, rank, world_size, link, cfg, max_norm)
+            S = flat.numel() // world_size
+            norms, moved = [], []
+            for t in range(1, steps + 1):
+                shard = torch.empty(S)
+                comm.reduce_scatter(shard, mlp_grad(layers, params, flat, rank, t), op="avg")   # on the device
+                before = (link.d2h_bytes, link.h2d_bytes)
+                norms.append(step(shard, t))
+                moved.append((link.d2h_bytes - before[0], link.h2d_bytes - before[1]))
+            out[max_norm] = flat.clone(), norms, moved
+    return out
+
+
+def group_reference(widths, cfg, steps, max_norm, world_size):
+    """torch.optim.AdamW in one process, weight decay on the weights only, gradients clipped to ``max_norm``
+    by their global norm (torch.nn.utils.clip_grad_norm_): the flat parameters and the norm of every step."""
+    layers, params, flat, spans = mlp_flat(widths, world_size)
+    decay = [p for p in params if p.dim() > 1]
+    rest = [p for p in params if p.dim() == 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, foreach=False)
+    norms = []
+    for t in range(1, steps + 1):
+        mean = sum(mlp_grad(layers, params, flat, r, t) for r in range(world_size)) / world_size
+        offset = 0
+        for p in params:
+            p.grad = mean[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+        opt.step()
+    return flat.clone(), norms

@@ -1,4 +1,5 @@
-"""Chapter 7's harness: ZeRO-Infinity runs on real ranks, and the tile store of the tiling exercise."""
+"""Chapter 7's harness: ZeRO-Infinity runs on real ranks, the swap file of the swapping exercise, and the tile
+store of the tiling exercise."""
 import os
 import re
 import weakref
@@ -8,7 +9,7 @@ import torch
 from zero_ref import offload
 from zero_ref.models import GPT, make_batch
 from zero_ref.offload.nvme import SwapError
-from zero_ref.optim import AdamConfig
+from zero_ref.optim import AdamConfig, adam_step_
 from zero_ref.stages import ZeroStage3
 
 
@@ -95,3 +96,55 @@ class TileStore:
     def add_grad(self, i, j, g):
         """Add ``g`` into the gradient of tile (i, j)."""
         self.grad[self.rows[i], self.cols[j]] += g
+
+
+class SwapFile:
+    """A rank's optimizer partition on "NVMe", in sub-groups of ``numels`` elements, three fp32 states each (master,
+    exp_avg, exp_avg_sq). Logs every read, step and write in order with its bytes, and counts the host buffers
+    (one state of one sub-group each) still referenced."""
+
+    def __init__(self, numels, t=1, cfg=AdamConfig(weight_decay=0.1), seed=0):
+        gen = torch.Generator().manual_seed(seed)
+        self.numels, self.t, self.cfg = list(numels), t, cfg
+        self._file = [[torch.randn(n, generator=gen), torch.zeros(n), torch.zeros(n)] for n in self.numels]
+        self.grads = [torch.randn(n, generator=gen) for n in self.numels]
+        self.log, self.alive, self.peak = [], 0, 0
+
+    def read(self, i):
+        """Swap sub-group i in: its three states in fresh host buffers."""
+        bufs = [s.clone() for s in self._file[i]]
+        self.log.append(("read", i, sum(b.numel() * b.element_size() for b in bufs)))
+        for b in bufs:
+            self.alive += 1
+            weakref.finalize(b, self._release)     # runs when the last reference to the buffer is gone
+        self.peak = max(self.peak, self.alive)
+        return bufs
+
+    def _release(self):
+        self.alive -= 1
+
+    def write(self, i, bufs):
+        """Swap sub-group i out: its three states, from host buffers, into the file."""
+        if len(bufs) != 3 or [b.numel() for b in bufs] != [self.numels[i]] * 3:
+            raise ValueError(f"write({i}, ...) takes sub-group {i}'s three states of {self.numels[i]} elements each")
+        self._file[i] = [b.clone() for b in bufs]
+        self.log.append(("write", i, sum(b.numel() * b.element_size() for b in bufs)))
+
+    def adam(self, i, bufs):
+        """Step sub-group i: Adam on its three states, in the host buffers, with its gradient."""
+        if [b.numel() for b in bufs] != [self.numels[i]] * 3:
+            raise ValueError(f"adam({i}, ...) takes sub-group {i}'s three states of {self.numels[i]} elements each")
+        adam_step_(bufs[0], self.grads[i], bufs[1], bufs[2], self.t, self.cfg)
+        self.log.append(("step", i, 0))
+
+    def in_memory(self):
+        """The states after the same Adam step with everything in memory (for the check)."""
+        out = [[s.clone() for s in group] for group in self._file]
+        for (p, m, v), g in zip(out, self.grads):
+            adam_step_(p, g, m, v, self.t, self.cfg)
+        return out
+
+    def states(self):
+        """Every state as the file holds it now, sub-group by sub-group (for the check)."""
+        return [[s.clone() for s in group] for group in self._file]
+

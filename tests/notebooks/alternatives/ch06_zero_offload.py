@@ -20,6 +20,41 @@ while hi - lo > 1:
     lo, hi = (lo, mid) if within(mid) else (mid, hi)
 return hi
 ''',
+    # the norm from torch.linalg.vector_norm, squared and summed over the ranks; the groups' runs cut from the spans
+    # relative to the shard; new AdamConfig objects; a list all-gather
+    "6.2": '''
+S = flat.numel() // world_size
+lo = rank * S
+host = {"p": flat[lo:lo + S].clone(), "m": link.host_zeros(S), "v": link.host_zeros(S)}
+cut = []
+for start, end, decays in spans:
+    a, b = max(start - lo, 0), min(end - lo, S)
+    if a < b:
+        cut.append((a, b, decays))
+
+def step(grad, t):
+    box = []
+    link.to_host(grad, box.append)
+    link.poll(wait=True)
+    g = box[0].clone()
+    total = torch.tensor([float(torch.linalg.vector_norm(g.double())) ** 2], dtype=torch.float64)
+    comm.all_reduce(total, op="sum")
+    norm = float(total.sqrt())
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1:
+        g = g * coef
+    for a, b, decays in cut:
+        c = AdamConfig(lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay if decays else 0.0)
+        adam_step_(host["p"][a:b], g[a:b], host["m"][a:b], host["v"][a:b], t, c)
+    up = torch.empty(S)
+    link.to_device(up, host["p"])
+    parts = [torch.empty(S) for _ in range(world_size)]
+    comm.all_gather(parts, up)
+    flat.copy_(torch.cat(parts))
+    return norm
+
+return step
+''',
     # the mean taken on the device (op="avg"), the delay as "send the master from before Adam", a list all-gather
     "6.3": '''
 lo, S = rank * (flat16.numel() // world_size), flat16.numel() // world_size
@@ -43,15 +78,84 @@ return step
 ''',
 }
 
-WRONG = {
-    # the master and the moments step on the host, but the 16-bit copy on the device is never updated
-    "6.2": '''
-adam_step_(master, grad16.float(), exp_avg, exp_avg_sq, step, cfg)
-''',
-}
+WRONG = {}
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # weight decay on every parameter of the shard, biases included (one Adam call over the whole shard)
+    {"6.2": '''
+S = flat.numel() // world_size
+mine = flat[rank * S:(rank + 1) * S]
+master, exp_avg, exp_avg_sq = (link.host_zeros(S) for _ in range(3))
+master.copy_(mine)
+
+def step(grad, t):
+    host = {}
+    link.to_host(grad, lambda g: host.update(grad=g.clone()))
+    link.poll(wait=True)
+    g = host["grad"]
+    sq = g.double().square().sum().reshape(1)
+    comm.all_reduce(sq)
+    norm = sq.sqrt().item()
+    g.mul_(min(1.0, max_norm / (norm + 1e-6)))
+    adam_step_(master, g, exp_avg, exp_avg_sq, t, cfg)
+    link.to_device(mine, master)
+    comm.all_gather(flat, mine.clone())
+    return norm
+
+return step
+'''},
+    # the norm of this rank's shard only, no all-reduce: each rank clips by its own norm (the norms fail, and the
+    # ranks' scales differ)
+    {"6.2": '''
+S = flat.numel() // world_size
+lo, hi = rank * S, (rank + 1) * S
+mine = flat[lo:hi]
+master, exp_avg, exp_avg_sq = (link.host_zeros(S) for _ in range(3))
+master.copy_(mine)
+runs = [(max(s, lo) - lo, min(e, hi) - lo, cfg if d else replace(cfg, weight_decay=0.0))
+        for s, e, d in spans if max(s, lo) < min(e, hi)]
+
+def step(grad, t):
+    host = {}
+    link.to_host(grad, lambda g: host.update(grad=g.clone()))
+    link.poll(wait=True)
+    g = host["grad"]
+    norm = g.norm().item()
+    g.mul_(min(1.0, max_norm / (norm + 1e-6)))
+    for a, b, c in runs:
+        adam_step_(master[a:b], g[a:b], exp_avg[a:b], exp_avg_sq[a:b], t, c)
+    link.to_device(mine, master)
+    comm.all_gather(flat, mine.clone())
+    return norm
+
+return step
+'''},
+    # the global norm right, but the gradient never clipped: right while max_norm is not reached, wrong at 0.05
+    {"6.2": '''
+S = flat.numel() // world_size
+lo, hi = rank * S, (rank + 1) * S
+mine = flat[lo:hi]
+master, exp_avg, exp_avg_sq = (link.host_zeros(S) for _ in range(3))
+master.copy_(mine)
+runs = [(max(s, lo) - lo, min(e, hi) - lo, cfg if d else replace(cfg, weight_decay=0.0))
+        for s, e, d in spans if max(s, lo) < min(e, hi)]
+
+def step(grad, t):
+    host = {}
+    link.to_host(grad, lambda g: host.update(grad=g.clone()))
+    link.poll(wait=True)
+    g = host["grad"]
+    sq = g.double().square().sum().reshape(1)
+    comm.all_reduce(sq)
+    for a, b, c in runs:
+        adam_step_(master[a:b], g[a:b], exp_avg[a:b], exp_avg_sq[a:b], t, c)
+    link.to_device(mine, master)
+    comm.all_gather(flat, mine.clone())
+    return sq.sqrt().item()
+
+return step
+'''},
     # the simulator's default CPU Adam rate, not the host's: right only for hosts at 2e9 parameters/s
     {"6.1": '''
 gpu, net = sim.Cluster.preset("V100-32GB", nodes=1, gpus_per_node=1), sim.Model.preset(model)

@@ -1,6 +1,24 @@
 """Chapter 7: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
+    # a deque of swapped-in sub-groups, refilled after every write; the buffers dropped by popping them
+    "7.1": '''
+from collections import deque
+n = len(file.numels)
+slots = max(1, buffer_count // 3)
+queue, nxt = deque(), 0
+while nxt < n and len(queue) < slots:
+    queue.append((nxt, file.read(nxt)))
+    nxt += 1
+while queue:
+    i, states = queue.popleft()
+    file.adam(i, states)
+    file.write(i, states)
+    states = None
+    if nxt < n:
+        queue.append((nxt, file.read(nxt)))
+        nxt += 1
+''',
     # tiles fetched inside the expression that uses them, an output buffer filled in place, backward by columns
     "7.2": '''
 class _Tiles(torch.autograd.Function):
@@ -29,27 +47,49 @@ return _Tiles.apply(x) + store.bias
 ''',
 }
 
-WRONG = {
-    # reads and writes on two separate queues: a write never delays the next read
-    "7.1": '''
-reads_free = writes_free = cpu = 0.0
-out = []
-ready = read[0]
-reads_free = ready
-for i in range(len(read)):
-    cpu = max(cpu, ready)
-    if i + 1 < len(read):
-        reads_free = max(cpu, reads_free) + read[i + 1]
-        ready = reads_free
-    out.append((cpu, cpu + step[i]))
-    cpu += step[i]
-    writes_free = max(cpu, writes_free) + write[i]
-return out
-''',
-}
+WRONG = {}
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # serial whatever the buffers: read, step, write, next (right only at buffer_count 3 to 5)
+    {"7.1": '''
+for i in range(len(file.numels)):
+    bufs = file.read(i)
+    file.adam(i, bufs)
+    file.write(i, bufs)
+    del bufs
+'''},
+    # every sub-group read up front: the right order only when the buffers hold them all, too many buffers otherwise
+    {"7.1": '''
+states = [file.read(i) for i in range(len(file.numels))]
+for i in range(len(file.numels)):
+    file.adam(i, states[i])
+    file.write(i, states[i])
+'''},
+    # the stepped sub-group's buffers still referenced when the next one is read (the name is rebound only after
+    # the read): the right log, one sub-group's buffers too many
+    {"7.1": '''
+n, ahead = len(file.numels), buffer_count // 3
+inflight = {i: file.read(i) for i in range(min(ahead, n))}
+for i in range(n):
+    bufs = inflight.pop(i)
+    file.adam(i, bufs)
+    file.write(i, bufs)
+    if i + ahead < n:
+        inflight[i + ahead] = file.read(i + ahead)
+'''},
+    # the sub-group being stepped not counted against the buffers: reads one sub-group too far ahead
+    {"7.1": '''
+n, ahead = len(file.numels), buffer_count // 3 + 1
+inflight = {i: file.read(i) for i in range(min(ahead, n))}
+for i in range(n):
+    bufs = inflight.pop(i)
+    file.adam(i, bufs)
+    file.write(i, bufs)
+    del bufs
+    if i + ahead < n:
+        inflight[i + ahead] = file.read(i + ahead)
+'''},
     # the tiles fetched in forward kept in ctx for backward: the right values, one fetch per tile in all, but the
     # whole weight stays alive from forward to backward (the "alive after forward" check fails it)
     {"7.2": '''
