@@ -124,12 +124,6 @@ def _step(order="reversed", norm0="{}", reductions="gas if stage == 2 else 1", p
 
 assert _step() != _step(order="list")
 
-WRONG = {
-    # the buffer padded once, as a whole, instead of bucket by bucket
-    "30.1": _step(padding="padded = [sum(buckets)] + [0] * (len(buckets) - 1)\n"
-                          "padded[0] = -(-padded[0] // world_size) * world_size"),
-}
-
 # Task 30.3's reference with one line changed: the data-parallel bytes and Adam's moments
 _TRIAL = '''
 tp, pp, dp = layout.tp, layout.pp, layout.dp
@@ -211,8 +205,11 @@ rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimize
                == (1, 1, z, "none", "none")) for z in (1, 2, 3)]
 return {"launch": pick, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (rivals[2], "time")]}
 '''},
-    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient)
-    {"30.2": _HBM_RULES_PIPELINED, "30.3": '''
+    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient);
+    # the gradient buffer padded once, as a whole, instead of bucket by bucket
+    {"30.1": _step(padding="padded = [sum(buckets)] + [0] * (len(buckets) - 1)\n"
+                           "padded[0] = -(-padded[0] // world_size) * world_size"),
+     "30.2": _HBM_RULES_PIPELINED, "30.3": '''
 tp, pp, dp = layout.tp, layout.pp, layout.dp
 V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
 micro = global_batch // (dp * m)
