@@ -64,10 +64,18 @@ return max((p for p in CANDIDATES if peak(p) <= limit),
     {"24.2": _INLINE + """
 return min(CANDIDATES, key=peak)
 """},
-    # sequence parallelism left off, as the seed's frame has it: the fastest plan without SP
+    # memory ignored: the fastest candidate, which fits none of the check's GPUs
+    {"24.2": """
+return min(CANDIDATES, key=lambda p: sim.simulate(LLAMA, CLUSTER, p, COSTS, granularity="stage").step_time)
+"""},
+    # the seed's layout kept (TP 8 × PP 8): right only where memory is tightest
     {"24.2": _INLINE + """
-fitting = [p for p in CANDIDATES if not p.sequence_parallel and peak(p) <= limit]
+fitting = [p for p in CANDIDATES if (p.tp, p.pp) == (8, 8) and peak(p) <= limit]
 return min(fitting, key=lambda p: sim.simulate(LLAMA, CLUSTER, p, COSTS, granularity="stage").step_time)
+"""},
+    # time ignored: the fitting plan that uses the memory best (the largest peak under the limit)
+    {"24.2": _INLINE + """
+return max((p for p in CANDIDATES if peak(p) <= limit), key=peak)
 """},
     # the seed's own conclusion: "the model states fit, so the plan fits" (activations left out)
     {"24.2": """

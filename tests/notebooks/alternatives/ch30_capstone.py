@@ -1,29 +1,41 @@
 """Chapter 30: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # the config assembled key by key with dict() and conditional updates, nvme paths added afterwards
-    "30.2": '''
-zero = dict(stage=plan.zero_stage, overlap_comm=plan.overlap_comm,
-            reduce_bucket_size=plan.reduce_bucket_size, allgather_bucket_size=plan.allgather_bucket_size)
-if plan.offload_optimizer != "none":
-    zero["offload_optimizer"] = {"device": plan.offload_optimizer}
-if plan.offload_param != "none":
-    zero["offload_param"] = {"device": plan.offload_param}
-for section in ("offload_optimizer", "offload_param"):
-    if zero.get(section, {}).get("device") == "nvme":
-        zero[section]["nvme_path"] = "/local_nvme"
-gas = plan.num_microbatches
-config = dict(train_micro_batch_size_per_gpu=plan.micro_batch_size, gradient_accumulation_steps=gas,
-              train_batch_size=plan.micro_batch_size * gas * plan.dp, gradient_clipping=plan.gradient_clipping,
-              zero_optimization=zero, optimizer=dict(optimizer))
-config.update({"fp16": {"enabled": True}} if plan.precision == "fp16"
-              else {"bf16": {"enabled": True}} if plan.precision == "bf16" else {})
-return config
+    # the buckets cut with an index walk, each padded by zero_ref's own FlatLayout; the collectives built op by op
+    "30.1": '''
+from zero_ref.stages.flat import FlatLayout
+
+zero = config["zero_optimization"]
+stage = zero.get("stage", 0)
+limit = zero.get("reduce_bucket_size", 500_000_000)
+order = list(reversed(sizes))
+cuts, i = [], 0
+while i < len(order):
+    j, total = i + 1, order[i]
+    while j < len(order) and total + order[j] <= limit:
+        total += order[j]
+        j += 1
+    cuts.append(order[i:j])
+    i = j
+padded = sum(FlatLayout([(n,) for n in bucket], world_size).padded_numel for bucket in cuts)
+per_rank = padded // world_size
+calls = {}
+if stage == 0:
+    calls["all_reduce"] = (len(cuts), 4 * padded)
+else:
+    times = config.get("gradient_accumulation_steps", 1) if stage == 2 else 1
+    calls["reduce_scatter"] = (times * len(cuts), times * 4 * padded)
+    calls["all_gather"] = (len(cuts), 4 * padded)
+    calls["all_reduce"] = (1, 2 * 8)
+held = {"params": 4 * padded,
+        "grads": 4 * (per_rank if stage >= 2 else padded),
+        "optimizer": 2 * 4 * (padded if stage == 0 else per_rank)}
+return {"memory": held, "comm": {op: {"calls": c, "bytes": b} for op, (c, b) in calls.items()}}
 ''',
     # the fastest plan that keeps the headroom (a search at the reduced fraction); the rules written as "free
     # memory below the headroom"; the rivals: the first enumerated pure data-parallel plan of each stage, and the
     # search's pick without headroom
-    "30.3": '''
+    "30.2": '''
 usable = BRIEF["memory_fraction"] * cluster.gpu.hbm_bytes
 safe = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1,
                      memory_fraction=BRIEF["memory_fraction"] * (1 - BRIEF["headroom"])).best
@@ -49,7 +61,7 @@ rivals.append(search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, to
 return dict(launch=safe.plan, ruled_out=[(p, first_rule(p)) for p in rivals])
 ''',
     # the stage's tensors listed one by one (elements, split by tp or not); the bytes summed per axis
-    "30.4": '''
+    "30.3": '''
 tp, pp, dp, z = layout.tp, layout.pp, layout.dp, layout.zero_stage
 V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
 first, last = stage == 0, stage == pp - 1
@@ -79,19 +91,40 @@ return {"sends": {"tp": tp_bytes, "pp": pp_bytes, "dp": dp_bytes},
 ''',
 }
 
-WRONG = {
-    # the host and NVMe limits compared with one GPU's offloaded states instead of a whole node's
-    "30.1": '''
-r = sim.simulate(model, cluster, plan, COSTS, granularity=search.granularity_for(model, plan))
-tiers = offload_placement(model.num_params, zero_stage=plan.zero_stage, dp=plan.dp, precision=plan.precision,
-                          offload_optimizer=plan.offload_optimizer, offload_param=plan.offload_param)
-per_gpu = {t: tiers[t].total / (plan.tp * plan.pp) for t in ("cpu", "nvme")}
-return {"gpu": r.peak_gpu_bytes <= memory_fraction * cluster.gpu.hbm_bytes,
-        "cpu": per_gpu["cpu"] <= cluster.cpu_bytes, "nvme": per_gpu["nvme"] <= cluster.nvme_bytes}
-''',
-}
+# Task 30.1's reference with one rule changed
+_STEP = '''
+zero = config["zero_optimization"]
+stage, limit = zero.get("stage", 0), zero.get("reduce_bucket_size", int(5e8))
+gas = config.get("gradient_accumulation_steps", 1)
+buckets, size = [], 0
+for n in ORDER(sizes):
+    if size and size + n > limit:
+        buckets.append(size)
+        size = 0
+    size += n
+buckets.append(size)
+padded = [-(-b // world_size) * world_size for b in buckets]
+whole, shard = 4 * sum(padded), 4 * sum(padded) // world_size
+memory = {"params": whole, "grads": shard if stage == 2 else whole, "optimizer": 2 * (whole if stage == 0 else shard)}
+if stage == 0:
+    return {"memory": memory, "comm": {"all_reduce": {"calls": len(padded), "bytes": whole}, **NORM0}}
+reductions = REDUCTIONS
+comm = {"reduce_scatter": {"calls": reductions * len(padded), "bytes": reductions * whole},
+        "all_reduce": {"calls": 1, "bytes": 16}, "all_gather": {"calls": len(padded), "bytes": whole}}
+return {"memory": memory, "comm": comm}
+'''
 
-# Task 30.4's reference with one line changed: the data-parallel bytes and Adam's moments
+
+def _step(order="reversed", norm0="{}", reductions="gas if stage == 2 else 1", padding=None) -> str:
+    code = _STEP.replace("ORDER", order).replace("**NORM0", "**" + norm0).replace("REDUCTIONS", reductions)
+    if padding:
+        code = code.replace("padded = [-(-b // world_size) * world_size for b in buckets]", padding)
+    return code
+
+
+assert _step() != _step(order="list")
+
+# Task 30.3's reference with one line changed: the data-parallel bytes and Adam's moments
 _TRIAL = '''
 tp, pp, dp = layout.tp, layout.pp, layout.dp
 V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
@@ -109,7 +142,7 @@ sends["dp"] = DP_BYTES
 return {"sends": sends, "memory": {"params": 4 * local, "grads": 4 * local, "optimizer": MOMENTS}}
 '''
 
-# Task 30.3 with the rules judged against the whole HBM: a valid launch (Task 30.4 then runs its layout), wrong
+# Task 30.2 with the rules judged against the whole HBM: a valid launch (Task 30.3 then runs its layout), wrong
 # reasons
 _HBM_RULES = '''
 hbm = cluster.gpu.hbm_bytes
@@ -135,7 +168,7 @@ return {"launch": safe.plan, "ruled_out": [(p, rule(p)) for p in rivals]}
 
 
 # The same wrong reasons, launching the reference's plan (the most headroom within the margin): a pipelined
-# layout, so that Task 30.4's pipeline bytes are tested
+# layout, so that Task 30.3's pipeline bytes are tested
 _HBM_RULES_PIPELINED = _HBM_RULES.replace(
     'return {"launch": safe.plan,',
     'close = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=8,\n'
@@ -150,17 +183,33 @@ def _trial(dp_bytes: str, moments: str) -> str:
     return _TRIAL.replace("DP_BYTES", dp_bytes).replace("MOMENTS", moments)
 
 
+_BYPASS = """
+from zero_ref.memory import model_state_bytes
+
+stage, gas = config["zero_optimization"].get("stage", 0), config.get("gradient_accumulation_steps", 1)
+states = model_state_bytes(sum(sizes), zero_stage=stage, dp=world_size, precision="fp32")
+psi4 = 4 * sum(sizes)
+comm = ({"all_reduce": {"calls": 1, "bytes": psi4}} if stage == 0 else
+        {"reduce_scatter": {"calls": gas if stage == 2 else 1, "bytes": (gas if stage == 2 else 1) * psi4},
+         "all_reduce": {"calls": 1, "bytes": 16}, "all_gather": {"calls": 1, "bytes": psi4}})
+return {"memory": {"params": states.params, "grads": states.grads, "optimizer": states.optimizer}, "comm": comm}
+"""
+
 MORE_WRONG = [
-    # the search's pick launched as it is (the one-line answer): it leaves less than the headroom free
-    {"30.3": '''
+    # the search's pick launched as it is (the one-line answer): it leaves less than the headroom free;
+    # ZeRO-1 reducing after every micro-step, as ZeRO-2 does
+    {"30.1": _step(reductions="gas"), "30.2": '''
 plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
 pick = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1).best.plan
 rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_param)
                == (1, 1, z, "none", "none")) for z in (1, 2, 3)]
 return {"launch": pick, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (rivals[2], "time")]}
 '''},
-    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient)
-    {"30.3": _HBM_RULES_PIPELINED, "30.4": '''
+    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient);
+    # the gradient buffer padded once, as a whole, instead of bucket by bucket
+    {"30.1": _step(padding="padded = [sum(buckets)] + [0] * (len(buckets) - 1)\n"
+                           "padded[0] = -(-padded[0] // world_size) * world_size"),
+     "30.2": _HBM_RULES_PIPELINED, "30.3": '''
 tp, pp, dp = layout.tp, layout.pp, layout.dp
 V, T, d, L = cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_layers
 micro = global_batch // (dp * m)
@@ -174,10 +223,12 @@ padded = -(-local // dp) * dp
 sends["dp"] = 2 * (dp - 1) / dp * (padded * 4 + 16)
 return {"sends": sends, "memory": {"params": 4 * local, "grads": 4 * local, "optimizer": 8 * padded // dp}}
 '''},
-    # the rules judged against the whole HBM, not its usable share: ZeRO-2 at dp 16 then seems to fit
-    {"30.3": _HBM_RULES},
-    # no ZeRO-3 rival: the plan that fits without tensor or pipeline parallelism is left out of the decision
-    {"30.3": '''
+    # the rules judged against the whole HBM, not its usable share: ZeRO-2 at dp 16 then seems to fit; the
+    # simulator's booking: the whole gradient buffer one call, whatever reduce_bucket_size says
+    {"30.2": _HBM_RULES, "30.1": _step().replace("if size and size + n > limit:", "if False:")},
+    # no ZeRO-3 rival: the plan that fits without tensor or pipeline parallelism is left out of the decision;
+    # the buckets filled in registration order
+    {"30.1": _step(order="list"), "30.2": '''
 plans = search.enumerate_plans(model, cluster, global_batch, BRIEF_SPACE)
 launch = search.search(model, cluster, global_batch, BRIEF_SPACE, COSTS, top=1,
                        memory_fraction=BRIEF["memory_fraction"] * (1 - BRIEF["headroom"])).best.plan
@@ -186,8 +237,9 @@ rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimize
                == (1, 1, z, "none", "none")) for z in (1, 2)]
 return {"launch": launch, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (pick, "headroom")]}
 '''},
-    # ZeRO-1's Adam moments kept whole, as in plain data parallelism
-    {"30.3": _HBM_RULES, "30.4": _trial("2 * (dp - 1) / dp * (padded * 4 + 16)", "8 * local")},
-    # the data-parallel bytes of the unpadded buffer, without the gradient norm's two float64
-    {"30.3": _HBM_RULES, "30.4": _trial("2 * (dp - 1) / dp * local * 4", "8 * padded // dp")},
+    # ZeRO-1's Adam moments kept whole, as in plain data parallelism; DDP also all-reducing the gradient norm
+    {"30.1": _step(norm0='{"all_reduce": {"calls": len(padded) + 1, "bytes": whole + 16}}'), "30.2": _HBM_RULES, "30.3": _trial("2 * (dp - 1) / dp * (padded * 4 + 16)", "8 * local")},
+    # the data-parallel bytes of the unpadded buffer, without the gradient norm's two float64; the bypass:
+    # model_state_bytes for the memory and the simulator's booking for the collectives (no buckets, no padding)
+    {"30.1": _BYPASS, "30.2": _HBM_RULES, "30.3": _trial("2 * (dp - 1) / dp * local * 4", "8 * padded // dp")},
 ]
