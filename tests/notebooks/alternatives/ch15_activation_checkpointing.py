@@ -137,3 +137,18 @@ block.attn._core = Core.apply
 block.attn.selective = True
 '''},
 ]
+
+# 15.1 keeps the whole graph of fn (run with grad in forward, held as an attribute): no recomputation at all
+MORE_WRONG.append({"15.1": '''
+@staticmethod
+def forward(ctx, fn, x):
+    with torch.enable_grad():
+        ctx.x = x.detach().requires_grad_()
+        ctx.out = fn(ctx.x)
+    return ctx.out.detach()
+
+@staticmethod
+def backward(ctx, g):
+    ctx.out.backward(g)
+    return None, ctx.x.grad
+'''})
