@@ -1,6 +1,8 @@
-"""Chapter 15's multi-rank experiment: checkpointed, partitioned and CPU-checkpointed blocks on tensor-parallel ranks.
+"""Chapter 15's harness: the multi-rank experiment (checkpointed, partitioned and CPU-checkpointed blocks on
+tensor-parallel ranks) and what the selective-recompute task is measured with.
 
-``zero_ref.launch(tp_ranks, 2, cfg, batch)`` runs it; ``print_tp_runs`` prints what came back.
+``zero_ref.launch(tp_ranks, 2, cfg, batch)`` runs the experiment; ``print_tp_runs`` prints what came back.
+``LibraryRecomputeOff`` and ``kept_after_forward`` serve Task 15.2.
 """
 from __future__ import annotations
 
@@ -81,3 +83,46 @@ def print_tp_runs(ranks):
             saved = f"{r['saved']:>16,}" if "DeepSpeed" not in name else f"{'(not visible)':>16}"
             gathered = f"{r['all_gather']:>14,}" if "DeepSpeed" not in name else f"{'(own comm)':>14}"
             print(f"         {name:<22}{saved}{tiers}{gathered}{r['all_reduces']:>13}{r['grad_diff']:>13.1g}")
+
+
+class LibraryRecomputeOff:
+    """Inside it, ``torch.utils.checkpoint``, zero_ref's ``checkpoint`` and the GPT's own ``recompute`` switch
+    raise: a task that builds recomputation must not borrow it."""
+
+    def __enter__(self):
+        import torch.utils.checkpoint as tuc
+
+        from zero_ref import activation_checkpointing as ours
+        from zero_ref.ds import checkpointing as ds_ckpt
+        from zero_ref.models import gpt
+
+        def refuse(*args, **kwargs):
+            raise RuntimeError("this task builds the recomputation itself: torch.utils.checkpoint, zero_ref's "
+                               "checkpoint and GPTConfig(recompute=...) are switched off here")
+
+        self._saved = [(mod, name, getattr(mod, name)) for mod in (tuc, gpt, ours, ds_ckpt)
+                       for name in ("checkpoint", "checkpoint_sequential", "CheckpointFunction") if hasattr(mod, name)]
+        for mod, name, _ in self._saved:
+            setattr(mod, name, refuse)
+        return self
+
+    def __exit__(self, *exc):
+        for mod, name, value in self._saved:
+            setattr(mod, name, value)
+
+
+def kept_after_forward(blocks, shape, dtype):
+    """Bytes of every storage the blocks' forward allocated and still holds once it returns (the output's
+    excepted): what they keep for backward, wherever it is kept (saved tensors or attributes of a context)."""
+    import torch
+
+    from zero_ref.measure import PeakTensorBytes
+
+    with PeakTensorBytes() as live:
+        x = torch.randn(*shape, dtype=dtype, requires_grad=True)  # as from the embedding; the first norm keeps it
+        y = x
+        for block in blocks:
+            y = block(y)
+    kept = live.live - y.untyped_storage().nbytes()
+    y.float().sum().backward()
+    return kept
