@@ -34,6 +34,7 @@ host tiers must hold what is offloaded to them (per node).
 """
 from __future__ import annotations
 
+import gettext
 import itertools
 import time
 from dataclasses import dataclass, field, replace
@@ -194,11 +195,13 @@ class SearchResult:
     def table(self, n: int = 10, rejected: int = 3) -> str:
         """The ``n`` fastest plans that fit, then ``rejected`` examples of each way a plan failed."""
         s = self.stats
-        lines = [f"{self.model.name} on {self.cluster.world_size} × {self.cluster.gpu.name}, global batch "
-                 f"{self.global_batch}, limit {self.memory_limit / GiB:.1f} GiB: {s['enumerated']} plans, "
-                 f"{s['pruned']} pruned by the memory model, {s['simulated']} simulated "
-                 f"({s['oom']} over the limit), {s['skipped']} skipped by the time bound",
-                 f"{'#':>3} {'plan':<52} {'step s':>8} {'TFLOP/s':>7} {'MFU':>6} {'bubble':>6} {'peak GiB':>8}"]
+        lines = [_("{model} on {world} × {gpu}, global batch {batch}, limit {limit:.1f} GiB: {enumerated} plans, "
+                   "{pruned} pruned by the memory model, {simulated} simulated ({oom} over the limit), "
+                   "{skipped} skipped by the time bound").format(
+                     model=self.model.name, world=self.cluster.world_size, gpu=self.cluster.gpu.name,
+                     batch=self.global_batch, limit=self.memory_limit / GiB, **s),
+                 f"{'#':>3} {_('plan'):<52} {_('step s'):>8} {'TFLOP/s':>7} {'MFU':>6} {_('bubble'):>6} "
+                 f"{_('peak GiB'):>8}"]
         for i, r in enumerate(self.feasible[:n], 1):
             lines.append(f"{i:>3} {describe(r.plan):<52} {r.step_time:8.3f} {r.tflops_per_gpu:7.1f} "
                          f"{r.mfu:6.1%} {r.bubble:6.1%} {r.peak_bytes / GiB:8.1f}")
@@ -206,6 +209,10 @@ class SearchResult:
             for r in [r for r in self.rows if r.status == status][:rejected]:
                 lines.append(f"  ✗ {describe(r.plan):<52} {r.reason}")
         return "\n".join(lines)
+
+
+def _(message: str) -> str:  # gettext: a Chinese-edition kernel binds the catalog (course/i18n.py)
+    return gettext.dgettext("zero_lab", message)
 
 
 def describe(plan: Plan) -> str:

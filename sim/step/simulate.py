@@ -5,6 +5,7 @@ schedule (sim.step.event_schedule), which adds shared links and memory caps.
 """
 from __future__ import annotations
 
+import gettext
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -92,10 +93,10 @@ class SimResult:
     def idle_line(self) -> str:
         """Idle share of the step by cause, averaged over stages: 'fill/drain 18.2% · p2p 0.4% · ...'."""
         if self.step_time <= 0:
-            return "idle: none"
+            return _("idle: none")
         share = {c: fmean(v) / self.step_time for c, v in self.idle.items()}
-        parts = [f"{CAUSE_LABELS[c]} {share[c]:.1%}" for c in CAUSES if share[c] >= 5e-4]
-        return "idle by cause: " + (", ".join(parts) if parts else "none")
+        parts = [f"{_(CAUSE_LABELS[c])} {share[c]:.1%}" for c in CAUSES if share[c] >= 5e-4]
+        return _("idle by cause: ") + (", ".join(parts) if parts else _("none"))
 
     def _cp(self) -> str:
         return f"cp {self.plan.cp} ({self.plan.cp_kind}) " if self.plan.cp > 1 else ""
@@ -103,13 +104,19 @@ class SimResult:
     def summary(self) -> str:
         """One line of results, and a second with the idle time by cause."""
         gib = 2**30
-        return (f"{self.model.name} on {self.cluster.world_size} × {self.cluster.gpu.name}, "
-                f"tp {self.plan.tp} {self._cp()}pp {self.plan.pp} dp {self.plan.dp}, ZeRO-{self.plan.zero_stage}"
-                f"{'' if self.plan.framework == 'deepspeed' else f' ({self.plan.framework})'}, "
-                f"{self.plan.schedule} m={self.plan.num_microbatches}: step {self.step_time:.3f} s, "
-                f"{self.tflops_per_gpu:.1f} TFLOP/s per GPU (MFU {self.mfu:.1%}), bubble "
-                f"{self.bubble_fraction:.1%}, peak {self.peak_gpu_bytes / gib:.1f} GiB"
-                f"{'' if self.fits else ' — does not fit'}\n{self.idle_line()}")
+        line = _("{model} on {world} × {gpu}, tp {tp} {cp}pp {pp} dp {dp}, ZeRO-{zero}{framework}, {schedule} m={m}: "
+                 "step {step:.3f} s, {tflops:.1f} TFLOP/s per GPU (MFU {mfu:.1%}), bubble {bubble:.1%}, "
+                 "peak {peak:.1f} GiB").format(
+            model=self.model.name, world=self.cluster.world_size, gpu=self.cluster.gpu.name, tp=self.plan.tp,
+            cp=self._cp(), pp=self.plan.pp, dp=self.plan.dp, zero=self.plan.zero_stage,
+            framework='' if self.plan.framework == 'deepspeed' else f' ({self.plan.framework})',
+            schedule=self.plan.schedule, m=self.plan.num_microbatches, step=self.step_time,
+            tflops=self.tflops_per_gpu, mfu=self.mfu, bubble=self.bubble_fraction, peak=self.peak_gpu_bytes / gib)
+        return f"{line}{'' if self.fits else _(' — does not fit')}\n{self.idle_line()}"
+
+
+def _(message: str) -> str:  # gettext: a Chinese-edition kernel binds the catalog (course/i18n.py)
+    return gettext.dgettext("zero_lab", message)
 
 
 def simulate(model: Model, cluster: Cluster, plan: Plan, costs: Costs | None = None, *,

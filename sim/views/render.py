@@ -18,6 +18,8 @@ lighter), communication buckets temporaries.
 """
 from __future__ import annotations
 
+import gettext
+
 import numpy as np
 
 from sim.step.graph import KINDS, STREAMS
@@ -39,6 +41,10 @@ TORCH_NAMES = {"param": "PARAMETER", "zero3_gathered": "PARAMETER (gathered, ZeR
 IDLE_COLORS = {"fill_drain": "#bdbdbd", "p2p_wait": "tab:purple", "exposed_comm": "tab:green",
                "offload_stall": "tab:brown", "memory_wait": "red"}
 MAX_LABELS = 400  # 'auto' labels micro-batches when there are at most this many ops to label
+
+
+def _(message: str) -> str:  # gettext: a Chinese-edition kernel binds the catalog (course/i18n.py)
+    return gettext.dgettext("zero_lab", message)
 
 
 def _axes(ax, figsize, replace: bool = False):
@@ -166,17 +172,17 @@ def memory_stack(result, stage=0, ax=None, tier="gpu", unit=2**30, legend="full"
         if c == "zero3_gathered":
             p.set_alpha(0.45)
     peak = result.memory.peak(stage, tier)["total"] / unit
-    ax.axhline(peak, color="black", linestyle="--", linewidth=0.8, label=f"peak {peak:.2f}")
+    ax.axhline(peak, color="black", linestyle="--", linewidth=0.8, label=_("peak {peak:.2f}").format(peak=peak))
     top = peak
     if tier == "gpu" and result.cluster.gpu.hbm_bytes / unit <= 1.5 * peak:
         top = result.cluster.gpu.hbm_bytes / unit
-        ax.axhline(top, color="grey", linestyle=":", label="HBM capacity")
+        ax.axhline(top, color="grey", linestyle=":", label=_("HBM capacity"))
     ax.set_xlim(0, t_end if t_end > 0 else 1)
     ax.set_ylim(0, max(peak, top) * 1.05 if max(peak, top) > 0 else 1)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel(f"{ {'gpu': 'HBM', 'cpu': 'host', 'nvme': 'NVMe'}[tier]} memory "
-                  f"({'GiB' if unit == 2**30 else f'× {unit:g} B'})")
-    ax.set_title(f"stage {stage}: memory by category ({tier})")
+    ax.set_xlabel(_("time (s)"))
+    ax.set_ylabel(_("{tier} memory ({unit})").format(tier=_({"gpu": "HBM", "cpu": "host", "nvme": "NVMe"}[tier]),
+                  unit="GiB" if unit == 2**30 else f"× {unit:g} B"))
+    ax.set_title(_("stage {stage}: memory by category ({tier})").format(stage=stage, tier=tier))
     if legend:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     _remember(ax)

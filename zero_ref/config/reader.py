@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import gettext
 import json
 import math
 import os
@@ -285,8 +286,11 @@ class _Reader(ConfigRules):
                 listing = f"; known keys: {', '.join(known)}" if len(known) <= 8 else ""
                 self.error(key, f"is not a known key ({hints[name]}){listing}")
             else:
-                guess = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
-                self.error(key, f"is not a known key; {guess}")
+                if close:  # the message a typo gets, in the reader's language (gettext; course/i18n.py)
+                    self.error(key, gettext.dgettext("zero_lab", "is not a known key; did you mean {name!r}?")
+                               .format(name=close[0]))
+                else:
+                    self.error(key, f"is not a known key; known keys: {', '.join(known)}")
 
     # -------------------------------------------------------- special sections
     def optimizer(self, raw, key: str):

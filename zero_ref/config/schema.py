@@ -13,6 +13,7 @@ names, with the right one. ``defaults_table()`` / ``format_defaults()`` list eve
 """
 from __future__ import annotations
 
+import gettext
 import json
 import sys
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -505,13 +506,28 @@ def _fmt(v) -> str:
     return show(v) if isinstance(v, (str, bool, type(None))) else str(v)
 
 
+def _(message: str) -> str:  # gettext: a Chinese-edition kernel binds the catalog (course/i18n.py)
+    return gettext.dgettext("zero_lab", message)
+
+
+def _status(status: str) -> str:
+    """A row's ``zero_ref`` column in the reader's language: "used", "no effect: …", "only …: …"."""
+    head, sep, why = status.partition(": ")
+    if sep and head == "no effect":
+        return _("no effect: {why}").format(why=_(why))
+    if sep and head.startswith("only "):
+        return _("only {values}: {why}").format(values=head[len("only "):], why=_(why))
+    return _(status)
+
+
 def format_defaults(prefix: str = "", *, keys=None, disagreements_only: bool = False) -> str:
     """``defaults_table()`` as aligned text: the keys that start with ``prefix`` (or exactly ``keys``)."""
     rows = [r for r in defaults_table() if (r["key"] in keys if keys is not None else r["key"].startswith(prefix))
             and (not disagreements_only or r["docs"] is not None)]
-    cells = [(r["key"], _fmt(r["default"]), _fmt(r["docs"]) if r["docs"] is not None else "", r["zero_ref"])
+    cells = [(r["key"], _fmt(r["default"]), _fmt(r["docs"]) if r["docs"] is not None else "", _status(r["zero_ref"]))
              for r in rows]
-    w = [max(len(c[i]) for c in cells + [("key", "default", "docs say", "")]) for i in range(3)]
-    lines = [f"{'key':<{w[0]}}  {'default':>{w[1]}}  {'docs say':>{w[2]}}  zero_ref"]
+    head = (_("key"), _("default"), _("docs say"))
+    w = [max(len(c[i]) for c in cells + [(*head, "")]) for i in range(3)]
+    lines = [f"{head[0]:<{w[0]}}  {head[1]:>{w[1]}}  {head[2]:>{w[2]}}  zero_ref"]
     lines += [f"{k:<{w[0]}}  {d:>{w[1]}}  {doc:>{w[2]}}  {z}" for k, d, doc, z in cells]
     return "\n".join(lines)
