@@ -151,7 +151,7 @@ class CausalSelfAttention(nn.Module):
         mask = torch.full((cfg.seq_len, cfg.seq_len), float("-inf")).triu(1)
         self.register_buffer("causal_mask", mask, persistent=False)
 
-    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         T, hd = q.shape[2], q.shape[3]
         p = self.p_attn if self.training else 0.0
         if self.flash:  # keeps q, k, v, its output and an fp32 log-sum-exp per head and token
@@ -176,9 +176,9 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_heads, hd).transpose(1, 2)
         k, v = (t.view(B, T, self.n_kv_heads, hd).transpose(1, 2) for t in (k, v))
         if self.selective and self.training:  # keep q, k, v (the one projection output); redo the core
-            y = checkpoint(self._core, q, k, v, use_reentrant=True)
+            y = checkpoint(self.core, q, k, v, use_reentrant=True)
         else:
-            y = self._core(q, k, v)
+            y = self.core(q, k, v)
         y = y.transpose(1, 2).reshape(B, T, C)  # a view of flash's output; a copy of eager's
         return dropout(self.proj(y), self.p, self.training)           # proj input 2sbh, mask sbh
 

@@ -161,7 +161,7 @@ class ParallelAttention(nn.Module):
         self.proj = RowParallelLinear.from_linear(attn.proj, group, sequence_parallel=sequence_parallel)
         self.register_buffer("causal_mask", attn.causal_mask.clone(), persistent=False)
 
-    def _core(self, q, k, v):
+    def core(self, q, k, v):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         att = att + self.causal_mask[:q.shape[2], :q.shape[2]].to(att.dtype)
         att = dropout(torch.softmax(att, dim=-1), self.p, self.training)
@@ -173,9 +173,9 @@ class ParallelAttention(nn.Module):
         q, k, v = (u.view(S, B, self.heads, self.head_dim).permute(1, 2, 0, 3)
                    for u in qkv.split(self.heads * self.head_dim, dim=-1))
         if self.recompute == "selective":  # Korthikanti's selective recompute: keep q, k, v only
-            y = checkpoint(self._core, q, k, v, use_reentrant=True)
+            y = checkpoint(self.core, q, k, v, use_reentrant=True)
         else:
-            y = self._core(q, k, v)
+            y = self.core(q, k, v)
         y = y.permute(2, 0, 1, 3).reshape(S, B, self.heads * self.head_dim)
         return dropout(self.proj(y), self.p, self.training)
 

@@ -31,7 +31,7 @@ class SelectiveCore(torch.autograd.Function):
     def forward(ctx, q, k, v):
         ctx.state = torch.random.get_rng_state()
         ctx.qkv = (q.detach(), k.detach(), v.detach())
-        return type(attn)._core(attn, q, k, v)
+        return type(attn).core(attn, q, k, v)
 
     @staticmethod
     def backward(ctx, g):
@@ -39,12 +39,12 @@ class SelectiveCore(torch.autograd.Function):
         torch.random.set_rng_state(ctx.state)
         leaves = [t.clone().requires_grad_(True) for t in ctx.qkv]
         with torch.enable_grad():
-            out = type(attn)._core(attn, *leaves)
+            out = type(attn).core(attn, *leaves)
         torch.random.set_rng_state(caller)
         out.backward(g)
         return tuple(t.grad for t in leaves)
 
-attn._core = lambda q, k, v: SelectiveCore.apply(q, k, v)
+attn.core = lambda q, k, v: SelectiveCore.apply(q, k, v)
 ''',
 }
 
@@ -76,7 +76,7 @@ block.forward = Whole.apply
 '''},
     # 15.2 keeps the core's graph (its scores, softmax and mask) from forward and backpropagates through it
     {"15.2": '''
-core = block.attn._core
+core = block.attn.core
 
 class Core(torch.autograd.Function):
     @staticmethod
@@ -90,11 +90,11 @@ class Core(torch.autograd.Function):
     def backward(ctx, g):
         return torch.autograd.grad(ctx.out, ctx.leaves, g)
 
-block.attn._core = Core.apply
+block.attn.core = Core.apply
 '''},
     # 15.2 forgets dropout's RNG: the recompute draws a new attention-dropout mask
     {"15.2": '''
-core = block.attn._core
+core = block.attn.core
 
 class Core(torch.autograd.Function):
     @staticmethod
@@ -109,11 +109,11 @@ class Core(torch.autograd.Function):
             out = core(q, k, v)
         return torch.autograd.grad(out, (q, k, v), g)
 
-block.attn._core = Core.apply
+block.attn.core = Core.apply
 '''},
     # 15.2 restores the forward's RNG state for the recompute and leaves the caller's generator there
     {"15.2": '''
-core = block.attn._core
+core = block.attn.core
 
 class Core(torch.autograd.Function):
     @staticmethod
@@ -130,7 +130,7 @@ class Core(torch.autograd.Function):
             out = core(q, k, v)
         return torch.autograd.grad(out, (q, k, v), g)
 
-block.attn._core = Core.apply
+block.attn.core = Core.apply
 '''},
     # 15.2 borrows the model's own selective switch (torch.utils.checkpoint inside)
     {"15.2": '''
