@@ -87,17 +87,6 @@ CHOICE = (1, 4, 2)
 
 CHOICE = (1, 4, 2)
 '''},
-    # the tensor-parallel all-reduces of the blocks only: the embedding's output and the head input's
-    # gradient left out
-    {"22.1": _predict(TP_CALLS="4 * blocks") + '''
-
-CHOICE = (2, 4, 1)
-'''},
-    # Adam's moments not sharded (ZeRO-0's memory)
-    {"22.1": _predict(ADAM="8") + '''
-
-CHOICE = (2, 4, 1)
-'''},
     # the lab's grids measured once and typed in: right for the lab's model, nothing for another shape
     {"22.1": '''
 MEASURED = {(1, 2, 4): (1184000, 808760), (1, 4, 2): (820992, 404784), (2, 1, 4): (1111040, 1258008),
