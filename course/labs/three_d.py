@@ -58,9 +58,9 @@ def batch(data: torch.Tensor, step: int, size: int, seq_len: int = CFG.seq_len):
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
-def build_model(seed: int = 0) -> GPT:
+def build_model(seed: int = 0, cfg: GPTConfig = CFG) -> GPT:
     torch.manual_seed(seed)
-    return GPT(CFG)
+    return GPT(cfg)
 
 
 def reference(steps: int, global_batch: int, first_step: int = 0) -> tuple[list[float], dict]:
@@ -81,15 +81,20 @@ def reference(steps: int, global_batch: int, first_step: int = 0) -> tuple[list[
 def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, global_batch: int = 16,
         microbatches: int = 4, schedule: str = "1f1b", virtual: int = 1, check: bool = False,
         save: str | None = None, save_at: int | None = None, resume: str | None = None, step=None,
-        reference_state: dict | None = None) -> dict:
+        reference_state: dict | None = None, cfg: GPTConfig = CFG) -> dict:
     """Train; every rank returns its losses, step times, memory and communication bytes.
 
     ``step(trainer, idx, targets) -> (StepStats, global loss)``: one optimizer step on the global batch
     (default ``ThreeD.train_step``). ``reference_state``: one process's state_dict after the same steps,
-    trained by the caller; every rank returns ``max_param_diff`` against it (``check`` trains it on rank 0)."""
+    trained by the caller; every rank returns ``max_param_diff`` against it (``check`` trains it on rank 0).
+    ``cfg``: another shape of the byte-level GPT (vocabulary 256), for runs without ``check``."""
+    if cfg.vocab_size != 256:
+        raise ValueError(f"three_d.run: the text is bytes, so cfg.vocab_size must be 256, got {cfg.vocab_size}")
+    if check and cfg != CFG:
+        raise ValueError("three_d.run: check trains the reference on the lab's CFG; leave cfg at its default")
     topo = Topology.for_world(world, tp=tp, pp=pp)
     pg = build_groups(topo)
-    trainer = ThreeD(build_model(), pg, microbatches=microbatches, schedule=schedule, virtual=virtual, adam=ADAM)
+    trainer = ThreeD(build_model(cfg=cfg), pg, microbatches=microbatches, schedule=schedule, virtual=virtual, adam=ADAM)
     if resume:
         trainer.load_checkpoint(resume)
     data, first, step_fn = corpus(), trainer.global_steps, step
@@ -109,9 +114,9 @@ def run(rank: int, world: int, *, tp: int = 2, pp: int = 2, steps: int = 40, glo
             t0 = time.perf_counter()
             with comm.hooked(count):
                 if step_fn is None:
-                    stats, loss = trainer.train_step(*batch(data, step, global_batch))
+                    stats, loss = trainer.train_step(*batch(data, step, global_batch, cfg.seq_len))
                 else:
-                    stats, loss = step_fn(trainer, *batch(data, step, global_batch))
+                    stats, loss = step_fn(trainer, *batch(data, step, global_batch, cfg.seq_len))
             if step_fn is not None:
                 trainer.global_steps += 1
             times.append(time.perf_counter() - t0)

@@ -83,3 +83,36 @@ def test_the_three_d_labs_check_tells_a_wrong_step_from_a_right_one():
     assert lab.verdict(right["loss"], right["reference_loss"], right["max_param_diff"]) == "OK"
     assert lab.verdict(wrong["loss"], wrong["reference_loss"], wrong["max_param_diff"]) == "MISMATCH"
     assert max(abs(a - b) for a, b in zip(wrong["loss"][1:], wrong["reference_loss"][1:])) > 100 * lab.LOSS_TOL
+
+
+def test_the_three_d_lab_names_a_model_it_cannot_train():
+    """Another shape of the byte-level GPT is accepted; another vocabulary, or a check on another shape, is refused."""
+    from course.labs import three_d as lab
+    from zero_ref.models import GPTConfig
+
+    with pytest.raises(ValueError, match="vocab_size must be 256"):
+        lab.run(0, 8, cfg=GPTConfig(vocab_size=128, seq_len=16, d_model=32, n_heads=4, n_layers=4))
+    with pytest.raises(ValueError, match="check trains the reference on the lab's CFG"):
+        lab.run(0, 8, check=True, cfg=GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_heads=4, n_layers=4))
+
+
+def _one_step_of_another_shape(rank, world):
+    from course.labs import three_d as lab
+    from zero_ref.models import GPTConfig
+
+    cfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_heads=4, n_layers=4)
+    return lab.run(rank, world, tp=2, pp=2, steps=1, cfg=cfg)
+
+
+@pytest.mark.slow
+def test_the_three_d_lab_trains_another_shape():
+    """cfg reaches the model and the batch: each rank holds its share of the smaller GPT (2 × 2 × 2, ZeRO-1)."""
+    import zero_ref
+
+    d, V, T = 32, 256, 16
+    block = (12 * d * d + 7 * d) // 2 + 6 * d                 # tp splits the matrices, replicates biases and norms
+    first = 2 * block + V // 2 * d + T * d                     # embedding shard and position table
+    last = 2 * block + 2 * d + V // 2 * d                      # final norm and the head's copy of the embedding
+    for r in zero_ref.launch(_one_step_of_another_shape, 8, timeout=300):
+        assert r["local_params"] == (first if r["coords"][2] == 0 else last), r["coords"]
+        assert r["memory"]["params"] == 4 * r["local_params"] and len(r["loss"]) == 1
