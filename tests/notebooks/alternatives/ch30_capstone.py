@@ -205,7 +205,7 @@ rivals = [next(p for p in plans if (p.tp, p.pp, p.zero_stage, p.offload_optimize
                == (1, 1, z, "none", "none")) for z in (1, 2, 3)]
 return {"launch": pick, "ruled_out": [(rivals[0], "memory"), (rivals[1], "memory"), (rivals[2], "time")]}
 '''},
-    # Task 22.3's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient);
+    # chapter 22's sends without what a pipeline adds here (the shape handshake, the tied embedding's gradient);
     # the gradient buffer padded once, as a whole, instead of bucket by bucket
     {"30.1": _step(padding="padded = [sum(buckets)] + [0] * (len(buckets) - 1)\n"
                            "padded[0] = -(-padded[0] // world_size) * world_size"),
