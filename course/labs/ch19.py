@@ -110,7 +110,8 @@ def attention_trial(rank, world, tp_attention):
         cols = torch.zeros(C, dtype=torch.bool)
         cols[rank * c:(rank + 1) * c] = True
         want = [full[0].grad, full[1].grad * rows[:, None], full[2].grad * rows, full[3].grad * cols, full[4].grad]
-        close = lambda a, b: a is not None and a.shape == b.shape and torch.allclose(a, b, **TOL)
+        # within 1e-5 of the tensor's largest entry: the attention core's summation order may differ (SDPA)
+        close = lambda a, b: a is not None and a.shape == b.shape and bool((a - b).abs().max() <= 1e-5 * b.abs().max())
         out.append(dict(heads=n_heads, out=close(y, y_full), grads=[close(m.grad, w) for m, w in zip(mine, want)],
                         calls=[{op: int(v["calls"]) for op, v in log.by_op().items()} for log in (forward, backward)]))
     return out
