@@ -91,12 +91,12 @@ class Reduce(torch.autograd.Function):
 def tp_mlp(x, w1, b1, w2, b2, group=None):
     return Reduce.apply(torch.nn.functional.gelu(x @ w1.T + b1) @ w2.T, group) + b2
 ''',
-    # the fused QKV weight cut into t contiguous blocks: rank 0 gets all of Q and part of K, mixing q, k and v
-    "19.3": _ATTENTION.format(**{**_RIGHT, "rows": "w, b = qkv_w.chunk(t)[r], qkv_b.chunk(t)[r]"}),
 }
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # the fused QKV weight cut into t contiguous blocks: rank 0 gets all of Q and part of K, mixing q, k and v
+    {"19.3": _ATTENTION.format(**{**_RIGHT, "rows": "w, b = qkv_w.chunk(t)[r], qkv_b.chunk(t)[r]"})},
     # every head split mid-head: the right rows, but read as n_heads heads of head_dim / t features each
     {"19.3": _ATTENTION.format(**{**_RIGHT, "heads": "n_heads, C // n_heads // t"})},
     # no f: the forward is right, but the gradient of x on each rank is only its own heads' share
