@@ -64,3 +64,54 @@ def tp_run(rank, world, cfg):
             blk(x)
         out[("saved", sp)] = acts.total
     return out
+
+
+def _refused(name):
+    def call(*args, **kwargs):
+        raise RuntimeError(f"Task 19.3 builds the split itself: zero_ref.parallel.tensor.{name} is not available here")
+    return call
+
+
+def attention_trial(rank, world, tp_attention):
+    """A student's tensor-parallel attention on this rank against the one-process CausalSelfAttention (the same
+    seed on every rank), at 2 heads per rank and at 1: the output, the gradients of x and of every weight (this
+    rank's heads' rows of the fused QKV weight and its columns of the output projection; zero elsewhere), and the
+    collectives of forward and of backward."""
+    import torch
+    from zero_ref import comm
+    from zero_ref.models import GPTConfig
+    from zero_ref.models.gpt import CausalSelfAttention
+    from zero_ref.parallel import tensor
+
+    for name in ("shard", "ColumnParallelLinear", "RowParallelLinear", "ParallelAttention"):
+        setattr(tensor, name, _refused(name))  # the library's own split would answer the task
+    out = []
+    for n_heads in (2 * world, world):
+        torch.manual_seed(0)
+        C, T = 8 * n_heads, 6
+        attn = CausalSelfAttention(GPTConfig(vocab_size=8, seq_len=T, d_model=C, n_heads=n_heads))
+        with torch.no_grad():  # sharper attention than the 0.02 init, so a mixed-up head shows
+            for p in attn.parameters():
+                p.copy_(torch.randn_like(p) / C ** 0.5)
+        x = torch.randn(3, T, C, requires_grad=True)
+        full = [x, attn.qkv.weight, attn.qkv.bias, attn.proj.weight, attn.proj.bias]
+        y_full = attn(x)
+        dy = torch.randn_like(y_full)
+        y_full.backward(dy)
+        mine = [t.detach().clone().requires_grad_() for t in full]
+        with comm.recording() as forward:
+            y = tp_attention(*mine, n_heads, None)
+        with comm.recording() as backward:
+            y.backward(dy)
+        c = C // world  # this rank's a/t whole heads in each of Q, K and V
+        rows = torch.zeros(3 * C, dtype=torch.bool)
+        for j in range(3):
+            rows[j * C + rank * c: j * C + (rank + 1) * c] = True
+        cols = torch.zeros(C, dtype=torch.bool)
+        cols[rank * c:(rank + 1) * c] = True
+        want = [full[0].grad, full[1].grad * rows[:, None], full[2].grad * rows, full[3].grad * cols, full[4].grad]
+        # within 1e-5 of the tensor's largest entry: the attention core's summation order may differ (SDPA)
+        close = lambda a, b: a is not None and a.shape == b.shape and bool((a - b).abs().max() <= 1e-5 * b.abs().max())
+        out.append(dict(heads=n_heads, out=close(y, y_full), grads=[close(m.grad, w) for m, w in zip(mine, want)],
+                        calls=[{op: int(v["calls"]) for op, v in log.by_op().items()} for log in (forward, backward)]))
+    return out

@@ -1,21 +1,24 @@
 """Chapter 20: answers in another style than the reference's (RIGHT must pass), and mistakes (WRONG must fail)."""
 
 RIGHT = {
-    # run the schedule as a loop over two queues; ops as lists, not tuples
+    # closed-form counts instead of walking the orders: 1F1B and interleaved hold warm-up + 1 (chunk) micro-batches,
+    # GPipe all m, each priced at the heavier of the stage's chunks; micro-batch counts smallest first; a list
     "20.1": '''
-forwards = [["F", i, 0] for i in range(m)]
-backwards = [["B", i, 0] for i in range(m)]
-f = min(p - s - 1, m)
-ops = forwards[:f]
-for b in range(m):
-    if f < m:
-        ops.append(forwards[f])
-        f += 1
-    ops.append(backwards[b])
-return ops
+best, best_bubble = None, 1.0
+for m in [d for d in range(1, batch + 1) if batch % d == 0 and batch // d >= min_micro]:
+    n = batch // m
+    for schedule, v in (("1f1b", 1), ("interleaved", 2), ("gpipe", 1)):
+        if v > 1 and m % p:
+            continue
+        held = [m if schedule == "gpipe" else min(warmup_count(schedule, p, m, s, v) + 1, v * m) for s in range(p)]
+        if all(h * n * max(seq_bytes[v][s]) <= budget for s, h in enumerate(held)):
+            bubble = (p - 1) / (v * m + p - 1)
+            if bubble < best_bubble:
+                best, best_bubble = [schedule, v, m], bubble
+return best
 ''',
-    # driven by the order of Task 20.1's schedule, a dict of held micro-batches, irecv + wait, grads sent blocking-free
-    "20.3": '''
+    # driven by stage_order's 1F1B order, a dict of held micro-batches, irecv + wait, grads sent blocking-free
+    "20.2": '''
 from zero_ref.parallel.schedules import stage_order
 
 m = len(micro_batches)
@@ -51,7 +54,7 @@ for h in handles:
 return losses
 ''',
     # ZB-H1 built on 1F1B's order: each B owes a W, paid at once after the first s backwards, the rest at the end
-    "20.4": '''
+    "20.3": '''
 from zero_ref.parallel.schedules import stage_order
 
 ops, owed = [], []
@@ -65,22 +68,42 @@ return ops + [["W", i, 0] for i in owed]
 ''',
 }
 
-WRONG = {
-    # forgets that a stage never holds more micro-batches than the step has
-    "20.2": '''
-if schedule == "gpipe":
-    return m
-if schedule == "1f1b":
-    return p - s
-return 2 * (p - s - 1) + (v - 1) * p + 1
-''',
-}
+
+_PLAN = '''
+def peak(schedule, v, m, s):
+    held = top = 0
+    for kind, _, c in stage_order(schedule, p, m, s, v):
+        held += (1 if kind == "F" else -1) * {size} * seq_bytes[v][s][c]
+        top = max(top, held)
+    return top
+
+best = None
+for schedule, v in {schedules}:
+    for m in range(1, batch // min_micro + 1):
+        if batch % m or m % (p if v > 1 else 1):
+            continue
+        bubble = (p - 1) / (v * m + p - 1)
+        if (best is None or bubble < best[0]) and all(peak(schedule, v, m, s) <= budget for s in {stages}):
+            best = (bubble, (schedule, v, m))
+return best[1] if best else None
+'''
+_FULL = dict(size="(batch // m)", schedules=(("gpipe", 1), ("1f1b", 1), ("interleaved", 2)), stages="range(p)")
 
 # More mistakes, for tasks that already have an answer above: each is graded in a release of its own.
 MORE_WRONG = [
+    # a constant: the plan with the smallest bubble, whatever the budget
+    {"20.1": '''
+return ("interleaved", 2, batch)
+'''},
+    # only stage 0 checked: GPipe at m = 1 fits there, but the last stage (the head) holds more than the budget
+    {"20.1": _PLAN.format(**{**_FULL, "stages": "range(1)"})},
+    # bytes per micro-batch taken as one sequence's: the micro-batch size ignored, too much held at small m
+    {"20.1": _PLAN.format(**{**_FULL, "size": "1"})},
+    # 1F1B only: never considers interleaving, which fits some budgets with a smaller bubble
+    {"20.1": _PLAN.format(**{**_FULL, "schedules": (("1f1b", 1),)})},
     # the right order, but blocking sends: in the steady state stage s sends an activation to s + 1 while s + 1
     # sends a gradient to s, each waits for the other's receive (the check's 30 s timeout fails it)
-    {"20.3": '''
+    {"20.2": '''
 m, first, last = len(micro_batches), s == 0, s == p - 1
 held, losses = deque(), []
 
@@ -122,7 +145,7 @@ return losses
 '''},
     # GPipe's order (all forwards, then the backwards last micro-batch first): the same losses and gradients,
     # without a deadlock, but each stage holds all m micro-batches; the order check fails it
-    {"20.3": '''
+    {"20.2": '''
 m, first, last = len(micro_batches), s == 0, s == p - 1
 held, sends, losses = {}, [], []
 for i in range(m):
@@ -154,7 +177,7 @@ for work, _ in sends:
 return losses
 '''},
     # runs every W right after its B: no W left for the cool-down, so the bubble is 1F1B's
-    {"20.4": '''
+    {"20.3": '''
 warmup = min(p - s - 1, m)
 ops = [("F", i, 0) for i in range(warmup)]
 for k in range(m):
@@ -164,7 +187,7 @@ for k in range(m):
 return ops
 '''},
     # defers the W's on the wrong stages: p − 1 − s of them (stage 0 most), where the cool-down has no room
-    {"20.4": '''
+    {"20.3": '''
 warmup, defer = min(p - s - 1, m), p - 1 - s
 ops, w = [("F", i, 0) for i in range(warmup)], 0
 for k in range(m):
